@@ -1,0 +1,104 @@
+//! Store configuration: RocketMQ's `MessageStoreConfig` / `BrokerConfig` setting names (in snake case)
+//! and defaults, grouped by subsystem. Only settings that change behaviour in rmq are here.
+
+use std::net::SocketAddr;
+
+use crate::error::{Error, Result};
+
+/// When a put counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushDiskType {
+    /// The put returns once the record is in the page cache; data is flushed by `flush()` and on close.
+    /// Survives a process crash, not a power loss. RocketMQ's default.
+    AsyncFlush,
+    /// The put returns after the written range is flushed to disk (msync).
+    SyncFlush,
+}
+
+/// Commitlog settings (`MessageStoreConfig`).
+#[derive(Debug, Clone)]
+pub struct CommitLogConfig {
+    /// `mappedFileSizeCommitLog`: bytes per segment file. Default 1 073 741 824 (1 GiB).
+    pub mapped_file_size_commit_log: u64,
+    /// `maxMessageSize`: largest body in bytes; the whole record may be 64 KiB larger. Default 4 194 304.
+    pub max_message_size: i32,
+    /// `enabledAppendPropCRC`: append a `__CRC32#` property holding a CRC of the whole record. Default false.
+    pub enabled_append_prop_crc: bool,
+    /// `forceVerifyPropCRC`: on recovery verify the property CRC instead of the body CRC. Default false.
+    pub force_verify_prop_crc: bool,
+    /// `autoMessageVersionOnTopicLen`: write v2 records (2-byte topic length) for topics over 127 chars. Default true.
+    pub auto_message_version_on_topic_len: bool,
+    /// `checkCRCOnRecover`: verify body CRCs while finding the end of the log on open. Default true.
+    pub check_crc_on_recover: bool,
+    /// `flushDiskType`. Default `AsyncFlush`.
+    pub flush_disk_type: FlushDiskType,
+}
+
+impl Default for CommitLogConfig {
+    fn default() -> Self {
+        CommitLogConfig {
+            mapped_file_size_commit_log: 1024 * 1024 * 1024,
+            max_message_size: 4 * 1024 * 1024,
+            enabled_append_prop_crc: false,
+            force_verify_prop_crc: false,
+            auto_message_version_on_topic_len: true,
+            check_crc_on_recover: true,
+            flush_disk_type: FlushDiskType::AsyncFlush,
+        }
+    }
+}
+
+/// Broker identity written into records (`BrokerConfig`).
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `brokerIP1:listenPort`: the store host of every record (and of offsetMsgId). Default 127.0.0.1:10911.
+    pub store_host: SocketAddr,
+    /// `brokerClusterName`: stored as the `CLUSTER` property of single puts, as a broker does.
+    /// `None` leaves the property out. Default "DefaultCluster".
+    pub broker_cluster_name: Option<String>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            broker_cluster_name: Some("DefaultCluster".to_owned()),
+        }
+    }
+}
+
+/// The whole configuration of a store.
+#[derive(Debug, Clone, Default)]
+pub struct StoreConfig {
+    /// Commitlog settings.
+    pub commit_log: CommitLogConfig,
+    /// Broker identity.
+    pub broker: BrokerConfig,
+}
+
+/// Smallest segment accepted: large enough for a minimal record plus the end-of-file blank.
+pub const MIN_SEGMENT_SIZE: u64 = 64;
+
+impl StoreConfig {
+    /// Checks ranges; called when a store opens.
+    pub fn validate(&self) -> Result<()> {
+        let c = &self.commit_log;
+        if c.mapped_file_size_commit_log < MIN_SEGMENT_SIZE || c.mapped_file_size_commit_log > i32::MAX as u64 {
+            return Err(Error::InvalidConfig(format!(
+                "mapped_file_size_commit_log must be between {MIN_SEGMENT_SIZE} and {} bytes, got {}",
+                i32::MAX,
+                c.mapped_file_size_commit_log
+            )));
+        }
+        if c.max_message_size < 10 {
+            return Err(Error::InvalidConfig(format!(
+                "max_message_size must be at least 10 bytes, got {}",
+                c.max_message_size
+            )));
+        }
+        if let Some(name) = &self.broker.broker_cluster_name {
+            crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
+        }
+        Ok(())
+    }
+}

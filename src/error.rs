@@ -1,0 +1,91 @@
+//! The one error type of the core. Each variant says what went wrong and what to do next; corruption and
+//! I/O errors carry the file and offset. The Python bindings map each variant to one exception class.
+
+use std::path::PathBuf;
+
+use crate::message::PutMessageStatus;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the store can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A topic name breaks RocketMQ's `TopicValidator` rules (charset `[%|a-zA-Z0-9_-]`, length, reserved names).
+    #[error("invalid topic {topic:?}: {reason}")]
+    InvalidTopic { topic: String, reason: String },
+
+    /// A message field is not acceptable (RocketMQ status `MESSAGE_ILLEGAL`); nothing was written.
+    #[error("illegal message: {0}")]
+    IllegalMessage(String),
+
+    /// The message (body, or whole record) is larger than the configured limits; nothing was written.
+    #[error("message too large: {0}")]
+    MessageTooLarge(String),
+
+    /// The encoded properties exceed 32767 bytes (`PROPERTIES_SIZE_EXCEEDED`); nothing was written.
+    #[error("properties too large: {size} bytes encoded, the limit is 32767")]
+    PropertiesTooLarge { size: usize },
+
+    /// A property name or value cannot be stored (empty, or contains the separators 0x01 / 0x02).
+    #[error("invalid property {name:?}: {reason}")]
+    InvalidProperty { name: String, reason: String },
+
+    /// A host string is not `ip:port` / `[ipv6]:port`.
+    #[error("invalid host address {0:?}: expected \"ip:port\" or \"[ipv6]:port\"")]
+    InvalidHost(String),
+
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// An offset given by the caller does not address a record.
+    #[error("invalid offset {offset}: {reason}")]
+    InvalidOffset { offset: i64, reason: String },
+
+    /// Bytes on disk do not form what the format requires.
+    #[error("corrupt data in {path} at offset {offset}: {reason}")]
+    Corruption { path: PathBuf, offset: i64, reason: String },
+
+    /// An operating-system I/O call failed.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Another process (or another open store in this one) holds the store directory.
+    #[error("store directory {0} is locked by another open store; close it first")]
+    Locked(PathBuf),
+
+    /// The store was closed; open it again to continue.
+    #[error("the store is closed")]
+    Closed,
+
+    /// A flush failed earlier; the store refuses writes because durability can no longer be promised.
+    #[error("the store is poisoned after a failed flush ({0}); reopen it to recover")]
+    Poisoned(String),
+}
+
+impl Error {
+    /// Wraps an `io::Error` with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// The `PutMessageStatus` RocketMQ would report for this failure of a put, if it is one.
+    pub fn put_status(&self) -> Option<PutMessageStatus> {
+        match self {
+            Error::InvalidTopic { .. }
+            | Error::IllegalMessage(_)
+            | Error::MessageTooLarge(_)
+            | Error::InvalidProperty { .. }
+            | Error::InvalidHost(_) => Some(PutMessageStatus::MessageIllegal),
+            Error::PropertiesTooLarge { .. } => Some(PutMessageStatus::PropertiesSizeExceeded),
+            Error::Closed | Error::Poisoned(_) => Some(PutMessageStatus::ServiceNotAvailable),
+            Error::Io { .. } => Some(PutMessageStatus::CreateMappedFileFailed),
+            _ => None,
+        }
+    }
+}

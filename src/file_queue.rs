@@ -1,0 +1,164 @@
+//! A directory of fixed-size segment files named by the 20-digit global offset of their first byte
+//! (`MappedFileQueue`). All file-name rules live here.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, Result};
+use crate::mmap::MappedFile;
+
+/// `UtilAll.offset2FileName`: the offset as 20 zero-padded decimal digits.
+pub fn file_name(offset: u64) -> String {
+    format!("{offset:020}")
+}
+
+/// The start offset a segment file name stands for, if it is one (ASCII digits only, fits i64).
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    if name.is_empty() || name.len() > 20 || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse::<i64>().ok().and_then(|v| u64::try_from(v).ok())
+}
+
+/// Segments in offset order.
+#[derive(Debug)]
+pub struct FileQueue {
+    dir: PathBuf,
+    file_size: u64,
+    files: RwLock<Vec<Arc<MappedFile>>>,
+}
+
+impl FileQueue {
+    /// Opens (creating the directory if needed) and maps every segment in `dir`.
+    ///
+    /// Like RocketMQ, an empty last file (left by an interrupted creation) is deleted. Every other file must be
+    /// exactly `file_size` bytes, carry a numeric name, and follow its predecessor without a gap.
+    pub fn load(dir: &Path, file_size: u64) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut names: Vec<(String, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+            let entry = entry.map_err(|e| Error::io(dir, e))?;
+            if entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_dir() {
+                continue;
+            }
+            names.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
+        }
+        names.sort();
+        if let Some((_, last)) = names.last() {
+            let len = std::fs::metadata(last).map_err(|e| Error::io(last, e))?.len();
+            if len == 0 {
+                std::fs::remove_file(last).map_err(|e| Error::io(last, e))?;
+                names.pop();
+            }
+        }
+        let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
+        for (name, path) in names {
+            let start = parse_file_name(&name).ok_or_else(|| Error::Corruption {
+                path: path.clone(),
+                offset: 0,
+                reason: "a segment directory may only hold files named by their 20-digit start offset; \
+                         move this file out of the directory"
+                    .into(),
+            })?;
+            if let Some(prev) = files.last() {
+                if start != prev.end() {
+                    return Err(Error::Corruption {
+                        path: path.clone(),
+                        offset: start as i64,
+                        reason: format!(
+                            "segment starts at {start} but the previous one ends at {}; a segment is missing",
+                            prev.end()
+                        ),
+                    });
+                }
+            } else if !start.is_multiple_of(file_size) {
+                return Err(Error::Corruption {
+                    path: path.clone(),
+                    offset: start as i64,
+                    reason: format!("first segment offset is not a multiple of the segment size {file_size}"),
+                });
+            }
+            files.push(Arc::new(MappedFile::open(&path, start, file_size)?));
+        }
+        Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(files) })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes per segment.
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<MappedFile>>> {
+        self.files.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A snapshot of all segments.
+    pub fn files(&self) -> Vec<Arc<MappedFile>> {
+        self.read().clone()
+    }
+
+    /// The first segment.
+    pub fn first(&self) -> Option<Arc<MappedFile>> {
+        self.read().first().cloned()
+    }
+
+    /// The last segment.
+    pub fn last(&self) -> Option<Arc<MappedFile>> {
+        self.read().last().cloned()
+    }
+
+    /// Global offset of the first byte of the first segment (0 when empty).
+    pub fn min_offset(&self) -> u64 {
+        self.first().map(|f| f.start()).unwrap_or(0)
+    }
+
+    /// The segment holding global `offset`.
+    pub fn find(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        let files = self.read();
+        let first = files.first()?;
+        let index = offset.checked_sub(first.start())? / self.file_size;
+        files.get(usize::try_from(index).ok()?).cloned()
+    }
+
+    /// The segment after `file`, if any.
+    pub fn next_after(&self, file: &MappedFile) -> Option<Arc<MappedFile>> {
+        self.find(file.end())
+    }
+
+    /// Creates and maps the segment starting at `start`, which must follow the last one.
+    pub fn create(&self, start: u64) -> Result<Arc<MappedFile>> {
+        let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let expected = files.last().map(|f| f.end());
+        if expected.is_some_and(|e| e != start) || !start.is_multiple_of(self.file_size) {
+            return Err(Error::InvalidOffset {
+                offset: start as i64,
+                reason: "segment would not follow the last one".into(),
+            });
+        }
+        let path = self.dir.join(file_name(start));
+        let file = Arc::new(MappedFile::create(&path, start, self.file_size)?);
+        files.push(file.clone());
+        Ok(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(file_name(0), "00000000000000000000");
+        assert_eq!(file_name(1_073_741_824), "00000000001073741824");
+        assert_eq!(file_name(2_147_483_648), "00000000002147483648");
+        assert_eq!(parse_file_name("00000000001073741824"), Some(1_073_741_824));
+        assert_eq!(parse_file_name("abc"), None);
+        assert_eq!(parse_file_name("-1"), None);
+        assert_eq!(parse_file_name(""), None);
+    }
+}

@@ -1,0 +1,22 @@
+//! rmq: Apache RocketMQ's message store, byte-compatible with the Java original.
+//!
+//! Modules follow the on-disk file kinds: [`message`] (the commitlog record), [`mmap`] and [`file_queue`]
+//! (segments), [`commitlog`], [`checkpoint`] (marker files), and [`store`] (the put and read paths).
+//! The Python bindings live in `py` behind the `python` feature; nothing else depends on them.
+
+pub mod checkpoint;
+pub mod commitlog;
+pub mod config;
+pub mod error;
+pub mod file_queue;
+pub mod java;
+pub mod message;
+pub mod mmap;
+pub mod store;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use config::StoreConfig;
+pub use error::{Error, Result};
+pub use store::{MessageStore, PutMessage, PutResult};

@@ -1,0 +1,266 @@
+//! Decoding and validating commitlog records (`checkMessageAndReturnSize`, `MessageDecoder.decode`).
+//!
+//! Every length read from the bytes is checked against what remains; no input makes these functions panic.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::ops::Range;
+
+use super::encode::{parse_crc_value, CRC32_RESERVED_LEN};
+use super::properties::{self, keys};
+use super::{crc32, record_len, sysflag, TransactionType, BLANK_MAGIC, MAGIC_V1, MAGIC_V2};
+
+/// The fixed fields of a record plus where its variable parts lie (ranges relative to the record start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub total_size: i32,
+    pub magic: i32,
+    pub body_crc: i32,
+    pub queue_id: i32,
+    pub flag: i32,
+    pub queue_offset: i64,
+    pub physical_offset: i64,
+    pub sys_flag: i32,
+    pub born_timestamp: i64,
+    pub born_host: SocketAddr,
+    pub store_timestamp: i64,
+    pub store_host: SocketAddr,
+    pub reconsume_times: i32,
+    pub prepared_transaction_offset: i64,
+    pub body: Range<usize>,
+    pub topic: Range<usize>,
+    pub properties: Range<usize>,
+}
+
+impl RecordHeader {
+    /// 2 for a v2 record, else 1.
+    pub fn version(&self) -> u8 {
+        if self.magic == MAGIC_V2 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The transaction type in SYSFLAG.
+    pub fn transaction_type(&self) -> TransactionType {
+        TransactionType::of(self.sys_flag)
+    }
+
+    /// Body bytes of `record` (the bytes this header was parsed from).
+    pub fn body<'a>(&self, record: &'a [u8]) -> &'a [u8] {
+        record.get(self.body.clone()).unwrap_or_default()
+    }
+
+    /// Topic bytes of `record`.
+    pub fn topic<'a>(&self, record: &'a [u8]) -> &'a [u8] {
+        record.get(self.topic.clone()).unwrap_or_default()
+    }
+
+    /// Properties blob of `record`.
+    pub fn properties<'a>(&self, record: &'a [u8]) -> &'a [u8] {
+        record.get(self.properties.clone()).unwrap_or_default()
+    }
+}
+
+/// Why bytes are not a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// Fewer bytes than the header or the TOTALSIZE claims (a torn write, or the end of the data).
+    Truncated,
+    /// A magic code that is neither v1, v2 nor blank (0 = never written).
+    BadMagic(i32),
+    /// A length field that points outside the record or is negative.
+    BadLength(&'static str),
+    /// TOTALSIZE differs from the size computed from the parts (`calMsgLength`).
+    SizeMismatch { stored: i32, computed: usize },
+    /// Body CRC differs from the stored BODYCRC.
+    BodyCrc { stored: i32, computed: i32 },
+    /// The `__CRC32#` property is missing or differs from the record's CRC.
+    PropertyCrc,
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Invalid::Truncated => write!(f, "record is truncated"),
+            Invalid::BadMagic(m) => write!(f, "bad magic code 0x{:08X}", *m as u32),
+            Invalid::BadLength(what) => write!(f, "{what} length is out of range"),
+            Invalid::SizeMismatch { stored, computed } => {
+                write!(f, "TOTALSIZE {stored} differs from the {computed} bytes its fields need")
+            }
+            Invalid::BodyCrc { stored, computed } => write!(f, "body CRC {computed} differs from stored {stored}"),
+            Invalid::PropertyCrc => write!(f, "property CRC (__CRC32#) is missing or wrong"),
+        }
+    }
+}
+
+/// What the bytes at a position are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordCheck {
+    /// A valid message record.
+    Message(RecordHeader),
+    /// The end-of-file blank; the rest of the segment (`size` bytes from here) holds no record.
+    Blank { size: i32 },
+    /// Not a record. `size` is TOTALSIZE when it is known to be trustworthy (a length mismatch), as RocketMQ
+    /// reports it; `None` otherwise.
+    Invalid { reason: Invalid, size: Option<i32> },
+}
+
+/// Which checksums to verify.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CheckOptions {
+    /// Verify the body CRC (or the property CRC when `force_prop_crc`).
+    pub check_crc: bool,
+    /// `forceVerifyPropCRC`: verify the `__CRC32#` property instead of the body CRC.
+    pub force_prop_crc: bool,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Invalid> {
+        let end = self.at.checked_add(n).ok_or(Invalid::Truncated)?;
+        let s = self.buf.get(self.at..end).ok_or(Invalid::Truncated)?;
+        self.at = end;
+        Ok(s)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], Invalid> {
+        let s = self.take(N)?;
+        <[u8; N]>::try_from(s).map_err(|_| Invalid::Truncated)
+    }
+    fn i8(&mut self) -> Result<i8, Invalid> {
+        Ok(i8::from_be_bytes(self.arr()?))
+    }
+    fn i16(&mut self) -> Result<i16, Invalid> {
+        Ok(i16::from_be_bytes(self.arr()?))
+    }
+    fn i32(&mut self) -> Result<i32, Invalid> {
+        Ok(i32::from_be_bytes(self.arr()?))
+    }
+    fn i64(&mut self) -> Result<i64, Invalid> {
+        Ok(i64::from_be_bytes(self.arr()?))
+    }
+    fn host(&mut self, v6: bool) -> Result<SocketAddr, Invalid> {
+        let ip = if v6 {
+            std::net::IpAddr::V6(Ipv6Addr::from(self.arr::<16>()?))
+        } else {
+            std::net::IpAddr::V4(Ipv4Addr::from(self.arr::<4>()?))
+        };
+        let port = self.i32()?;
+        // Java stores the port as an int; anything outside u16 cannot come from a socket address.
+        Ok(SocketAddr::new(ip, u16::try_from(port).map_err(|_| Invalid::BadLength("port"))?))
+    }
+    fn range(&mut self, n: usize) -> Result<Range<usize>, Invalid> {
+        let start = self.at;
+        self.take(n)?;
+        Ok(start..self.at)
+    }
+}
+
+/// Parses the record at the start of `buf` without checking checksums. `buf` may extend past the record.
+pub fn parse_header(buf: &[u8]) -> Result<RecordHeader, Invalid> {
+    let mut r = Reader { buf, at: 0 };
+    let total_size = r.i32()?;
+    let magic = r.i32()?;
+    if magic != MAGIC_V1 && magic != MAGIC_V2 {
+        return Err(Invalid::BadMagic(magic));
+    }
+    let total = usize::try_from(total_size).map_err(|_| Invalid::BadLength("total"))?;
+    if total > buf.len() {
+        return Err(Invalid::Truncated);
+    }
+    // From here on, read only inside the record.
+    let mut r = Reader { buf: buf.get(..total).ok_or(Invalid::Truncated)?, at: 8 };
+    let body_crc = r.i32()?;
+    let queue_id = r.i32()?;
+    let flag = r.i32()?;
+    let queue_offset = r.i64()?;
+    let physical_offset = r.i64()?;
+    let sys_flag = r.i32()?;
+    let born_timestamp = r.i64()?;
+    let born_host = r.host(sys_flag & sysflag::BORNHOST_V6 != 0)?;
+    let store_timestamp = r.i64()?;
+    let store_host = r.host(sys_flag & sysflag::STOREHOST_V6 != 0)?;
+    let reconsume_times = r.i32()?;
+    let prepared_transaction_offset = r.i64()?;
+    let body_len = usize::try_from(r.i32()?).map_err(|_| Invalid::BadLength("body"))?;
+    let body = r.range(body_len).map_err(|_| Invalid::BadLength("body"))?;
+    let v2 = magic == MAGIC_V2;
+    let topic_len = if v2 { i32::from(r.i16()?) } else { i32::from(r.i8()?) };
+    let topic_len = usize::try_from(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
+    let topic = r.range(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
+    let props_len = usize::try_from(r.i16()?).map_err(|_| Invalid::BadLength("properties"))?;
+    let properties = r.range(props_len).map_err(|_| Invalid::BadLength("properties"))?;
+    let computed = record_len(v2, sys_flag, body_len, topic_len, props_len);
+    if computed != total {
+        return Err(Invalid::SizeMismatch { stored: total_size, computed });
+    }
+    Ok(RecordHeader {
+        total_size,
+        magic,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body,
+        topic,
+        properties,
+    })
+}
+
+/// `checkMessageAndReturnSize` for the bytes at the start of `buf` (which may run to the segment end).
+pub fn check_record(buf: &[u8], opts: CheckOptions) -> RecordCheck {
+    let invalid = |reason, size| RecordCheck::Invalid { reason, size };
+    if buf.len() <= 4 {
+        return invalid(Invalid::Truncated, None);
+    }
+    let word = |at: usize| buf.get(at..at + 4).and_then(|s| <[u8; 4]>::try_from(s).ok()).map(i32::from_be_bytes);
+    let (Some(total), Some(magic)) = (word(0), word(4)) else {
+        return invalid(Invalid::Truncated, None);
+    };
+    if magic == BLANK_MAGIC {
+        return RecordCheck::Blank { size: total };
+    }
+    let header = match parse_header(buf) {
+        Ok(h) => h,
+        Err(reason @ Invalid::SizeMismatch { stored, .. }) => return invalid(reason, Some(stored)),
+        Err(reason) => return invalid(reason, None),
+    };
+    let record = buf.get(..header.total_size as usize).unwrap_or_default();
+    if opts.check_crc {
+        if opts.force_prop_crc {
+            if !property_crc_ok(record, &header) {
+                return invalid(Invalid::PropertyCrc, None);
+            }
+        } else if !header.body.is_empty() {
+            let computed = crc32(header.body(record));
+            if computed != header.body_crc {
+                return invalid(Invalid::BodyCrc { stored: header.body_crc, computed }, None);
+            }
+        }
+    }
+    RecordCheck::Message(header)
+}
+
+/// Verifies the `__CRC32#` property: its value (read last digit first) equals the CRC of all record bytes
+/// except the last 20.
+pub fn property_crc_ok(record: &[u8], header: &RecordHeader) -> bool {
+    let Some(value) = properties::get_raw(header.properties(record), keys::CRC32) else {
+        return false;
+    };
+    let Some(covered) = record.len().checked_sub(CRC32_RESERVED_LEN).and_then(|n| record.get(..n)) else {
+        return false;
+    };
+    parse_crc_value(value) == crc32(covered)
+}

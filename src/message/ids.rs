@@ -1,0 +1,211 @@
+//! Message ids (spec §5): the broker's offsetMsgId and the client's UNIQ_KEY. Uppercase hex throughout.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicI64, AtomicU16, Ordering};
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// Appends the uppercase hex of `bytes` (`UtilAll.bytes2string`).
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xF)] as char);
+    }
+}
+
+fn ip_bytes(ip: IpAddr, out: &mut Vec<u8>) {
+    match ip {
+        IpAddr::V4(v4) => out.extend_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => out.extend_from_slice(&v6.octets()),
+    }
+}
+
+/// `MessageDecoder.createMessageId`: `store ip | store port i32 | commitlog offset i64`, 32 or 56 hex chars.
+pub fn offset_msg_id(store_host: SocketAddr, physical_offset: i64) -> String {
+    let mut bytes = Vec::with_capacity(28);
+    ip_bytes(store_host.ip(), &mut bytes);
+    bytes.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
+    bytes.extend_from_slice(&physical_offset.to_be_bytes());
+    let mut s = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut s, &bytes);
+    s
+}
+
+/// `MessageDecoder.decodeMessageId`: the store host and commitlog offset of an offsetMsgId.
+pub fn decode_offset_msg_id(id: &str) -> Option<(SocketAddr, i64)> {
+    let bytes = parse_hex(id)?;
+    let ip_len = match bytes.len() {
+        16 => 4,
+        28 => 16,
+        _ => return None,
+    };
+    let ip = match ip_len {
+        4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(bytes.get(..4)?).ok()?)),
+        _ => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes.get(..16)?).ok()?)),
+    };
+    let port = i32::from_be_bytes(bytes.get(ip_len..ip_len + 4)?.try_into().ok()?);
+    let offset = i64::from_be_bytes(bytes.get(ip_len + 4..ip_len + 12)?.try_into().ok()?);
+    Some((SocketAddr::new(ip, u16::try_from(port).ok()?), offset))
+}
+
+/// `UtilAll.string2bytes` (upper-cases first); `None` for odd length or non-hex characters.
+pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    s.as_bytes().chunks(2).map(|p| Some(nibble(*p.first()?)? << 4 | nibble(*p.get(1)?)?)).collect()
+}
+
+/// Generates UNIQ_KEY ids as `MessageClientIDSetter` does: a per-process prefix `ip | pid i16 | random i32`,
+/// then `ms since the start of the current month (local time) i32 | counter i16`.
+pub struct UniqIdGenerator {
+    prefix: Vec<u8>,
+    counter: AtomicU16,
+    month: AtomicI64, // start of the current month, ms
+    next_month: AtomicI64,
+}
+
+impl UniqIdGenerator {
+    /// A generator whose ids carry `ip`.
+    pub fn new(ip: IpAddr) -> Self {
+        let mut prefix = Vec::with_capacity(22);
+        ip_bytes(ip, &mut prefix);
+        prefix.extend_from_slice(&(std::process::id() as u16).to_be_bytes());
+        prefix.extend_from_slice(&random_i32().to_be_bytes());
+        UniqIdGenerator { prefix, counter: AtomicU16::new(0), month: AtomicI64::new(0), next_month: AtomicI64::new(0) }
+    }
+
+    /// The next id for a message created at `now_ms`, as 32 (IPv4) or 56 (IPv6) hex chars.
+    pub fn next_id(&self, now_ms: i64) -> String {
+        if now_ms >= self.next_month.load(Ordering::Relaxed) {
+            let (start, next) = month_bounds(now_ms);
+            self.month.store(start, Ordering::Relaxed);
+            self.next_month.store(next, Ordering::Relaxed);
+        }
+        let mut diff = now_ms - self.month.load(Ordering::Relaxed);
+        if diff < 0 && diff > -1_000_000 {
+            diff = 0;
+        }
+        let counter = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut s = String::with_capacity(self.prefix.len() * 2 + 12);
+        push_hex(&mut s, &self.prefix);
+        push_hex(&mut s, &(diff as i32).to_be_bytes());
+        push_hex(&mut s, &counter.to_be_bytes());
+        s
+    }
+}
+
+fn random_i32() -> i32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() as i32
+}
+
+/// Start of the month containing `now_ms` and of the next month, in the local time zone, as epoch ms.
+fn month_bounds(now_ms: i64) -> (i64, i64) {
+    local_month_bounds(now_ms).unwrap_or_else(|| {
+        // Fall back to UTC months if the C library cannot convert.
+        let days = now_ms.div_euclid(86_400_000);
+        let (y, m, _) = civil_from_days(days);
+        let start = days_from_civil(y, m, 1) * 86_400_000;
+        let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+        (start, days_from_civil(ny, nm, 1) * 86_400_000)
+    })
+}
+
+#[allow(unsafe_code)]
+#[allow(clippy::useless_conversion)] // time_t is not i64 on every platform
+fn local_month_bounds(now_ms: i64) -> Option<(i64, i64)> {
+    let secs: libc::time_t = now_ms.div_euclid(1000).try_into().ok()?;
+    // SAFETY: `tm` is plain data that localtime_r fully initialises on success; both pointers are valid for
+    // the duration of the calls and not retained. mktime only reads and normalises the struct we own.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&secs, &mut tm).is_null() {
+            return None;
+        }
+        tm.tm_mday = 1;
+        tm.tm_hour = 0;
+        tm.tm_min = 0;
+        tm.tm_sec = 0;
+        tm.tm_isdst = -1;
+        let mut next = tm;
+        let start = libc::mktime(&mut tm);
+        next.tm_mon += 1;
+        let end = libc::mktime(&mut next);
+        if start == -1 || end == -1 {
+            return None;
+        }
+        Some((i64::from(start) * 1000, i64::from(end) * 1000))
+    }
+}
+
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_msg_id_vectors() {
+        let host: SocketAddr = "10.0.0.2:10911".parse().unwrap_or_else(|_| unreachable!());
+        assert_eq!(offset_msg_id(host, 218), "0A00000200002A9F00000000000000DA");
+        assert_eq!(offset_msg_id(host, 0), "0A00000200002A9F0000000000000000");
+        assert_eq!(decode_offset_msg_id("0a00000200002a9f00000000000000da"), Some((host, 218)));
+        let v6: SocketAddr = "[2001:db8::1]:10911".parse().unwrap_or_else(|_| unreachable!());
+        let id = offset_msg_id(v6, 42);
+        assert_eq!(id.len(), 56);
+        assert_eq!(decode_offset_msg_id(&id), Some((v6, 42)));
+        assert_eq!(decode_offset_msg_id("XYZ"), None);
+    }
+
+    #[test]
+    fn uniq_ids() {
+        let g = UniqIdGenerator::new(IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)));
+        let now = 1_700_000_000_123;
+        let a = g.next_id(now);
+        let b = g.next_id(now);
+        assert_eq!(a.len(), 32);
+        assert!(a.starts_with("C0A80001"));
+        assert_eq!(&a[..20], &b[..20]);
+        let ca = u16::from_str_radix(&a[28..], 16).unwrap_or(0);
+        let cb = u16::from_str_radix(&b[28..], 16).unwrap_or(0);
+        assert_eq!(cb, ca.wrapping_add(1));
+        let (start, next) = month_bounds(now);
+        assert!(start <= now && now < next);
+        let t = i64::from(u32::from_str_radix(&a[20..28], 16).unwrap_or(0));
+        assert_eq!(start + t, now);
+        let g6 = UniqIdGenerator::new("2001:db8::1".parse().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert_eq!(g6.next_id(now).len(), 56);
+    }
+
+    #[test]
+    fn civil_roundtrip() {
+        for days in [-1000, 0, 19_000, 19_675, 30_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+}

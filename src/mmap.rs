@@ -1,0 +1,146 @@
+//! Memory-mapped segment files: the crate's one file-backed `unsafe`.
+//!
+//! Invariants that make the mapping sound to share between threads:
+//! 1. Bytes are written only by the holder of the owning log's writer lock, and only at or beyond the
+//!    log's published position; readers only read below a published position (release/acquire atomics),
+//!    so no byte is read while it is being written.
+//! 2. A file is never truncated or deleted while a view of it lives: every view holds an `Arc<MappedFile>`,
+//!    and the mapping is dropped (unmapped) with the last `Arc`. Files are removed from disk only through
+//!    [`MappedFile::delete_on_drop`], which defers the unlink to that moment.
+//! 3. The store directory is locked against other rmq processes (`lock` file), so no other process of ours
+//!    truncates a mapped file. (A foreign process that truncates a mapped file can still fault readers; no
+//!    mapping can prevent that.)
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, Result};
+
+/// One fixed-size file mapped read/write, covering global offsets `[start, start + size)`.
+pub struct MappedFile {
+    path: PathBuf,
+    start: u64,
+    size: u64,
+    map: MmapRaw,
+    _file: File,
+    delete_on_drop: AtomicBool,
+}
+
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedFile").field("path", &self.path).field("start", &self.start).finish()
+    }
+}
+
+impl MappedFile {
+    /// Creates a new zero-filled (sparse) file of `size` bytes and maps it. Fails if the file exists.
+    pub fn create(path: &Path, start: u64, size: u64) -> Result<Self> {
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
+        if let Err(e) = file.set_len(size) {
+            let _ = std::fs::remove_file(path);
+            return Err(Error::io(path, e));
+        }
+        Self::map(path, file, start, size)
+    }
+
+    /// Maps an existing file, which must be exactly `size` bytes long.
+    pub fn open(path: &Path, start: u64, size: u64) -> Result<Self> {
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len != size {
+            return Err(Error::InvalidConfig(format!(
+                "{} is {len} bytes but segments of this store are configured as {size} bytes; \
+                 open it with the segment size it was written with",
+                path.display()
+            )));
+        }
+        Self::map(path, file, start, size)
+    }
+
+    fn map(path: &Path, file: File, start: u64, size: u64) -> Result<Self> {
+        let len = usize::try_from(size).map_err(|_| Error::InvalidConfig(format!("segment size {size} too large")))?;
+        let map = MmapOptions::new().len(len).map_raw(&file).map_err(|e| Error::io(path, e))?;
+        Ok(MappedFile { path: path.to_owned(), start, size, map, _file: file, delete_on_drop: AtomicBool::new(false) })
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Global offset of the first byte.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// File size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Global offset one past the last byte.
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
+
+    /// The bytes `[pos, pos + len)` of the file, or `None` if that range is outside it.
+    ///
+    /// Callers read only ranges below a published position (module invariant 1).
+    pub fn slice(&self, pos: usize, len: usize) -> Option<&[u8]> {
+        let end = pos.checked_add(len)?;
+        if end > self.map.len() {
+            return None;
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `pos..end` lies inside the live mapping (checked above), which stays mapped for as long as
+        // `self` lives (it is unmapped only on drop). No thread writes to this range concurrently: writers only
+        // write at or beyond the published position, and callers only request ranges below it (invariant 1).
+        // Another process truncating the file is excluded by the store lock (invariant 3).
+        Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(pos), len) })
+    }
+
+    /// Copies `data` to `pos`. Only the log writer calls this, under its writer lock, on an unpublished range.
+    pub fn write(&self, pos: usize, data: &[u8]) -> bool {
+        let Some(end) = pos.checked_add(data.len()) else { return false };
+        if end > self.map.len() {
+            return false;
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: the destination lies inside the mapping (checked above) and is not published, so no reader
+        // holds a slice of it (invariant 1); `data` is a distinct Rust slice, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(pos), data.len());
+        }
+        true
+    }
+
+    /// Flushes `[pos, pos + len)` to disk (msync).
+    pub fn flush_range(&self, pos: usize, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.map.flush_range(pos, len).map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Flushes the whole file.
+    pub fn flush(&self) -> Result<()> {
+        self.map.flush().map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Removes the file from disk once the last reference to it is dropped.
+    pub fn delete_on_drop(&self) {
+        self.delete_on_drop.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        if self.delete_on_drop.load(Ordering::Acquire) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The Python exception tree, rooted at `RmqError`, mirroring [`crate::Error`].
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+use super::message::PutMessageStatus;
+use crate::error::Error;
+
+create_exception!(_native, RmqError, PyException, "Base class of every error rmq raises.");
+create_exception!(_native, InvalidInputError, RmqError, "An argument was rejected; nothing was written.");
+create_exception!(_native, InvalidTopicError, InvalidInputError, "The topic breaks RocketMQ's topic rules.");
+create_exception!(_native, InvalidMessageError, InvalidInputError, "A message field is illegal (MESSAGE_ILLEGAL).");
+create_exception!(
+    _native,
+    MessageTooLargeError,
+    InvalidInputError,
+    "Body or record exceeds the size limits (MESSAGE_ILLEGAL)."
+);
+create_exception!(
+    _native,
+    PropertiesTooLargeError,
+    InvalidInputError,
+    "Encoded properties exceed 32767 bytes (PROPERTIES_SIZE_EXCEEDED)."
+);
+create_exception!(_native, InvalidPropertyError, InvalidInputError, "A property name or value cannot be stored.");
+create_exception!(_native, InvalidHostError, InvalidInputError, "A host is not 'ip:port' or '[ipv6]:port'.");
+create_exception!(_native, InvalidOffsetError, InvalidInputError, "No record starts at the given offset.");
+create_exception!(_native, InvalidConfigError, InvalidInputError, "A configuration value is out of range or unknown.");
+create_exception!(_native, CorruptionError, RmqError, "Stored bytes do not form what the format requires.");
+create_exception!(_native, StoreIOError, RmqError, "An operating-system I/O call failed.");
+create_exception!(_native, StoreStateError, RmqError, "The store cannot serve the call in its current state.");
+create_exception!(_native, StoreClosedError, StoreStateError, "The store is closed.");
+create_exception!(_native, StoreLockedError, StoreStateError, "Another open store holds the directory.");
+create_exception!(
+    _native,
+    StorePoisonedError,
+    StoreStateError,
+    "A flush failed; the store refuses writes until reopened."
+);
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let add = |name: &str, ty: Bound<'_, pyo3::types::PyType>| -> PyResult<()> {
+        ty.setattr("__module__", "rmq")?;
+        m.add(name, ty)
+    };
+    add("RmqError", py.get_type::<RmqError>())?;
+    add("InvalidInputError", py.get_type::<InvalidInputError>())?;
+    add("InvalidTopicError", py.get_type::<InvalidTopicError>())?;
+    add("InvalidMessageError", py.get_type::<InvalidMessageError>())?;
+    add("MessageTooLargeError", py.get_type::<MessageTooLargeError>())?;
+    add("PropertiesTooLargeError", py.get_type::<PropertiesTooLargeError>())?;
+    add("InvalidPropertyError", py.get_type::<InvalidPropertyError>())?;
+    add("InvalidHostError", py.get_type::<InvalidHostError>())?;
+    add("InvalidOffsetError", py.get_type::<InvalidOffsetError>())?;
+    add("InvalidConfigError", py.get_type::<InvalidConfigError>())?;
+    add("CorruptionError", py.get_type::<CorruptionError>())?;
+    add("StoreIOError", py.get_type::<StoreIOError>())?;
+    add("StoreStateError", py.get_type::<StoreStateError>())?;
+    add("StoreClosedError", py.get_type::<StoreClosedError>())?;
+    add("StoreLockedError", py.get_type::<StoreLockedError>())?;
+    add("StorePoisonedError", py.get_type::<StorePoisonedError>())?;
+    Ok(())
+}
+
+/// Converts a core error to its Python exception, with `status`, `path` and `offset` attributes.
+pub(crate) fn to_py(err: Error) -> PyErr {
+    let msg = err.to_string();
+    let status = err.put_status();
+    let (path, offset) = match &err {
+        Error::Corruption { path, offset, .. } => (Some(path.display().to_string()), Some(*offset)),
+        Error::Io { path, .. } => (Some(path.display().to_string()), None),
+        Error::InvalidOffset { offset, .. } => (None, Some(*offset)),
+        Error::Locked(path) => (Some(path.display().to_string()), None),
+        _ => (None, None),
+    };
+    let py_err = match err {
+        Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
+        Error::IllegalMessage(_) => InvalidMessageError::new_err(msg),
+        Error::MessageTooLarge(_) => MessageTooLargeError::new_err(msg),
+        Error::PropertiesTooLarge { .. } => PropertiesTooLargeError::new_err(msg),
+        Error::InvalidProperty { .. } => InvalidPropertyError::new_err(msg),
+        Error::InvalidHost(_) => InvalidHostError::new_err(msg),
+        Error::InvalidConfig(_) => InvalidConfigError::new_err(msg),
+        Error::InvalidOffset { .. } => InvalidOffsetError::new_err(msg),
+        Error::Corruption { .. } => CorruptionError::new_err(msg),
+        Error::Io { .. } => StoreIOError::new_err(msg),
+        Error::Locked(_) => StoreLockedError::new_err(msg),
+        Error::Closed => StoreClosedError::new_err(msg),
+        Error::Poisoned(_) => StorePoisonedError::new_err(msg),
+    };
+    Python::attach(|py| {
+        let value = py_err.value(py);
+        let _ = value.setattr("status", status.map(PutMessageStatus::from));
+        let _ = value.setattr("path", path);
+        let _ = value.setattr("offset", offset);
+    });
+    py_err
+}

@@ -1,0 +1,18 @@
+//! PyO3 bindings: the `rmq._native` extension module. Argument conversion, GIL release, errors and
+//! zero-copy buffers only; every rule lives in the core.
+
+mod errors;
+mod message;
+mod store;
+
+use pyo3::prelude::*;
+
+/// The extension module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    message::register(m)?;
+    store::register(m)?;
+    Ok(())
+}
