@@ -70,13 +70,20 @@ pub fn hashmap_capacity(initial: usize, len: usize) -> usize {
 /// `HashMap(initial_capacity)` filled in that order: by bucket, insertion order within a bucket.
 /// (Buckets of 8 or more colliding names become trees in Java, whose order differs; property maps never
 /// get there in practice.)
-pub fn sort_hashmap_order<T>(entries: &mut [(T, usize)], initial_capacity: usize)
-where
-    T: AsRef<str>,
-{
+pub fn sort_hashmap_order<N: AsRef<str>, V>(entries: &mut [(N, V)], initial_capacity: usize) {
     let cap = hashmap_capacity(initial_capacity, entries.len());
-    // Stable sort: ties keep insertion order.
-    entries.sort_by_cached_key(|(name, _)| hashmap_bucket(name.as_ref(), cap));
+    if entries.len() <= 16 {
+        // Stable insertion sort by bucket, without allocating (property maps are small).
+        for i in 1..entries.len() {
+            let mut j = i;
+            while j > 0 && hashmap_bucket(entries[j - 1].0.as_ref(), cap) > hashmap_bucket(entries[j].0.as_ref(), cap) {
+                entries.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+    } else {
+        entries.sort_by_cached_key(|(name, _)| hashmap_bucket(name.as_ref(), cap));
+    }
 }
 
 /// Appends `name 0x01 value 0x02` for each entry, in the given order.
@@ -92,15 +99,15 @@ pub fn write_properties<'a>(out: &mut Vec<u8>, entries: impl IntoIterator<Item =
 /// Serializes a map given in insertion order (later duplicates replace the value in place) the way Java
 /// `messageProperties2String(HashMap(initial_capacity))` does.
 pub fn encode_map(entries: &[(&str, &str)], initial_capacity: usize, out: &mut Vec<u8>) {
-    let mut unique: Vec<(&str, usize)> = Vec::with_capacity(entries.len());
-    for (i, (name, _)) in entries.iter().enumerate() {
-        match unique.iter_mut().find(|(n, _)| n == name) {
-            Some(slot) => slot.1 = i,
-            None => unique.push((name, i)),
+    let mut unique: Vec<(&str, &str)> = Vec::with_capacity(entries.len());
+    for &(name, value) in entries {
+        match unique.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => unique.push((name, value)),
         }
     }
     sort_hashmap_order(&mut unique, initial_capacity);
-    write_properties(out, unique.iter().filter_map(|&(n, i)| entries.get(i).map(|(_, v)| (n, *v))));
+    write_properties(out, unique.iter().copied());
 }
 
 /// Iterates the accepted `(name, value)` byte pairs of a properties blob in stored order, as

@@ -238,8 +238,9 @@ impl MessageStore {
                 client.push((keys::CLUSTER, cluster));
             }
         }
+        properties::sort_hashmap_order(&mut client, BROKER_MAP_CAPACITY);
         let mut props = Vec::with_capacity(256);
-        properties::encode_map(&client, BROKER_MAP_CAPACITY, &mut props);
+        properties::write_properties(&mut props, client.iter().copied());
         let props = strip_if_crc(&props, config.commit_log.enabled_append_prop_crc);
         let input = EncodeInput {
             topic: msg.topic,
@@ -301,7 +302,7 @@ impl MessageStore {
             let uniq = self.uniq_key(item.properties, now);
             let client = client_property_order(item.tags, item.keys, Some(wait), item.properties, uniq.as_deref());
             props.clear();
-            properties::encode_map(&client, CLIENT_MAP_CAPACITY, &mut props);
+            properties::write_properties(&mut props, client.iter().copied());
             let stored = strip_if_crc(&props, config.commit_log.enabled_append_prop_crc);
             // The client's batch encoding of this member: 4+4+4+4+4 + body + 2 + properties.
             batch_body_len += 22 + item.body.len() + stored.len();
@@ -436,11 +437,11 @@ fn encode_options(config: &StoreConfig, single: bool) -> EncodeOptions {
     }
 }
 
-fn strip_if_crc(props: &[u8], enabled: bool) -> Vec<u8> {
+fn strip_if_crc(props: &[u8], enabled: bool) -> std::borrow::Cow<'_, [u8]> {
     if enabled {
-        strip_crc_property(props).into_owned()
+        strip_crc_property(props)
     } else {
-        props.to_vec()
+        std::borrow::Cow::Borrowed(props)
     }
 }
 
@@ -464,9 +465,8 @@ fn client_property_order<'a>(
         }
     }
     entries.extend(uniq.map(|u| (keys::UNIQ_KEY, u)));
-    let mut order: Vec<(&str, usize)> = entries.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
-    properties::sort_hashmap_order(&mut order, CLIENT_MAP_CAPACITY);
-    order.iter().filter_map(|&(_, i)| entries.get(i).copied()).collect()
+    properties::sort_hashmap_order(&mut entries, CLIENT_MAP_CAPACITY);
+    entries
 }
 
 /// Rebuilds the next queue offset of every (topic, queue) from the records in the commitlog.
