@@ -92,7 +92,10 @@ fn reference_record_a_is_byte_exact() {
     let levels = tags::parse_delay_levels(tags::DEFAULT_DELAY_LEVELS);
     let code = tags::tags_code(h.topic(&bytes), h.properties(&bytes), h.store_timestamp, &levels).unwrap();
     assert_eq!(code.to_be_bytes(), [0, 0, 0, 0, 0, 0x27, 0xA8, 0x07]);
-    assert!(matches!(check_record(&bytes, CheckOptions { check_crc: true, force_prop_crc: false }), RecordCheck::Message(_)));
+    assert!(matches!(
+        check_record(&bytes, CheckOptions { check_crc: true, force_prop_crc: false }),
+        RecordCheck::Message(_)
+    ));
 }
 
 #[test]
@@ -197,7 +200,12 @@ fn end_of_file_blank_and_roll_16_3() {
     let one = encode(&input("TopicTest", &props, "192.168.0.1:54321", "10.0.0.2:10911", 0), false);
     let append = |log: &CommitLog| {
         let mut buf = Vec::new();
-        let rec = encode_record(&input("TopicTest", &props, "192.168.0.1:54321", "10.0.0.2:10911", 0), &opts(false), &mut buf).unwrap();
+        let rec = encode_record(
+            &input("TopicTest", &props, "192.168.0.1:54321", "10.0.0.2:10911", 0),
+            &opts(false),
+            &mut buf,
+        )
+        .unwrap();
         log.append(&mut buf, &[rec], |_| 0).unwrap()
     };
     // 18 records of 218 bytes = 3924; 172 bytes remain; the 19th (218 + 8 > 172) rolls.
