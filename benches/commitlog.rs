@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rmq::commitlog::CommitLog;
 use rmq::config::{CommitLogConfig, StoreConfig};
 use rmq::message::encode::{encode_record, EncodeInput, EncodeOptions, EncodedRecord};
@@ -72,34 +72,61 @@ fn encode(c: &mut Criterion) {
     g.finish();
 }
 
-/// Appends pre-encoded records of one size, 256 per iteration, into a fresh store every few hundred MiB.
+/// Bytes a benchmark store may reach before it is replaced by a fresh one (keeps the disk from filling).
+const ROTATE_AT: u64 = 512 * 1024 * 1024;
+
+/// A commitlog that is reopened empty whenever it grows past [`ROTATE_AT`]; the rotation is amortized over
+/// hundreds of iterations, and pages are warmed ahead of the writer as in normal operation.
+struct Rotating<T> {
+    dir: tempfile::TempDir,
+    open: fn(&std::path::Path) -> T,
+    size: fn(&T) -> u64,
+    value: Option<T>,
+}
+
+impl<T> Rotating<T> {
+    fn new(open: fn(&std::path::Path) -> T, size: fn(&T) -> u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let value = Some(open(dir.path()));
+        Rotating { dir, open, size, value }
+    }
+
+    fn get(&mut self) -> &T {
+        if self.value.as_ref().is_some_and(|v| (self.size)(v) > ROTATE_AT) {
+            self.value = None;
+            self.dir = tempfile::tempdir().unwrap();
+            self.value = Some((self.open)(self.dir.path()));
+        }
+        self.value.as_ref().unwrap()
+    }
+}
+
+fn open_log(dir: &std::path::Path) -> CommitLog {
+    let cfg = CommitLogConfig { mapped_file_size_commit_log: SEGMENT, ..CommitLogConfig::default() };
+    CommitLog::open(dir, cfg).unwrap().0
+}
+
+fn open_store(dir: &std::path::Path) -> MessageStore {
+    let mut config = StoreConfig::default();
+    config.commit_log.mapped_file_size_commit_log = SEGMENT;
+    MessageStore::open(dir, config).unwrap()
+}
+
+/// Appends batches of 256 pre-encoded records of one size.
 fn append(c: &mut Criterion) {
     let mut g = c.benchmark_group("append");
     for size in SIZES {
         let body = vec![7u8; size];
-        let mut template = Vec::new();
+        let mut buf = Vec::new();
         let mut recs: Vec<EncodedRecord> = Vec::new();
         for _ in 0..256 {
-            recs.push(encode_record(&input(&body), &opts(), &mut template).unwrap());
+            recs.push(encode_record(&input(&body), &opts(), &mut buf).unwrap());
         }
         println!("append/{size}B: record size {} bytes", recs[0].len);
+        let mut log = Rotating::new(open_log, |l: &CommitLog| l.max_offset());
         g.throughput(Throughput::Elements(256));
         g.bench_function(format!("{size}B_x256"), |b| {
-            b.iter_batched_ref(
-                || {
-                    let dir = tempfile::tempdir().unwrap();
-                    let cfg = CommitLogConfig { mapped_file_size_commit_log: SEGMENT, ..CommitLogConfig::default() };
-                    let (log, _) = CommitLog::open(dir.path(), cfg).unwrap();
-                    (dir, log, template.clone())
-                },
-                |(_, log, buf)| {
-                    // One batch of 256 records per call; many calls per fresh log.
-                    for _ in 0..64 {
-                        black_box(log.append(buf, &recs, |i| i as i64).unwrap());
-                    }
-                },
-                BatchSize::PerIteration,
-            )
+            b.iter(|| black_box(log.get().append(&mut buf, &recs, |i| i as i64).unwrap()))
         });
     }
     g.finish();
@@ -108,41 +135,16 @@ fn append(c: &mut Criterion) {
 fn store_put(c: &mut Criterion) {
     let mut g = c.benchmark_group("store");
     let body = vec![7u8; 128];
-    let mut config = StoreConfig::default();
-    config.commit_log.mapped_file_size_commit_log = SEGMENT;
-    g.throughput(Throughput::Elements(1000));
-    g.bench_function("put_128B_x1000", |b| {
-        b.iter_batched_ref(
-            || {
-                let dir = tempfile::tempdir().unwrap();
-                let store = MessageStore::open(dir.path(), config.clone()).unwrap();
-                (store, dir)
-            },
-            |(store, _)| {
-                for _ in 0..1000 {
-                    black_box(store.put(&PutMessage::new("TopicTest", 0, &body)).unwrap());
-                }
-            },
-            BatchSize::PerIteration,
-        )
+    let mut store = Rotating::new(open_store, |s: &MessageStore| s.commitlog().max_offset());
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("put_128B", |b| {
+        b.iter(|| black_box(store.get().put(&PutMessage::new("TopicTest", 0, &body)).unwrap()))
     });
     let items: Vec<BatchItem<'_>> = (0..256).map(|_| BatchItem { body: &body, ..BatchItem::default() }).collect();
     let host: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    g.throughput(Throughput::Elements(256 * 16));
-    g.bench_function("put_batch_128B_x256_x16", |b| {
-        b.iter_batched_ref(
-            || {
-                let dir = tempfile::tempdir().unwrap();
-                let store = MessageStore::open(dir.path(), config.clone()).unwrap();
-                (store, dir)
-            },
-            |(store, _)| {
-                for _ in 0..16 {
-                    black_box(store.put_batch("TopicTest", 0, &items, 0, host, None, 0, true).unwrap());
-                }
-            },
-            BatchSize::PerIteration,
-        )
+    g.throughput(Throughput::Elements(256));
+    g.bench_function("put_batch_128B_x256", |b| {
+        b.iter(|| black_box(store.get().put_batch("TopicTest", 0, &items, 0, host, None, 0, true).unwrap()))
     });
     g.finish();
 }
