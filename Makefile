@@ -28,7 +28,7 @@ rust-test:
 	cargo test --quiet
 
 fuzz:
-	PROPTEST_CASES=20000 cargo test --release --quiet --test fuzz_decode
+	PROPTEST_CASES=20000 cargo test --release --quiet --test decode_fuzz
 
 py-test: build
 	$(PY) -m pytest -q

@@ -19,7 +19,8 @@ class Rotating:
     """A store that is replaced by a fresh one before it grows past ~1 GiB, so the disk never fills."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.n, self.store = root, 0, self._open()
+        self.root, self.n = root, 0
+        self.store = self._open()
 
     def _open(self) -> rmq.MessageStore:
         self.n += 1

@@ -63,6 +63,11 @@ fn valid_record() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// 2000 cases by default; `PROPTEST_CASES` overrides (`make fuzz`).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
+}
+
 fn assert_sound(bytes: &[u8]) {
     for check_crc in [false, true] {
         if let RecordCheck::Message(h) = check_record(bytes, CheckOptions { check_crc, force_prop_crc: false }) {
@@ -76,7 +81,7 @@ fn assert_sound(bytes: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {

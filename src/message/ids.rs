@@ -66,6 +66,12 @@ pub struct UniqIdGenerator {
     next_month: AtomicI64,
 }
 
+impl std::fmt::Debug for UniqIdGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UniqIdGenerator").field("prefix_len", &self.prefix.len()).finish()
+    }
+}
+
 impl UniqIdGenerator {
     /// A generator whose ids carry `ip`.
     pub fn new(ip: IpAddr) -> Self {

@@ -122,12 +122,6 @@ enum State {
     Closed,
 }
 
-impl std::fmt::Debug for UniqIdGenerator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("UniqIdGenerator")
-    }
-}
-
 impl MessageStore {
     /// Opens (creating if needed) the store at `root`: takes the lock, finds the end of the commitlog,
     /// rebuilds the queue-offset table, and marks the store as running (abort file).
