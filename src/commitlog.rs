@@ -8,8 +8,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use crate::config::CommitLogConfig;
 use crate::error::{Error, Result};
 use crate::file_queue::FileQueue;
-use crate::message::decode::{check_record, CheckOptions, RecordCheck};
+use crate::message::decode::{check_record, property_crc_ok, CheckOptions, RecordCheck};
 use crate::message::encode::{finish_record, EncodedRecord};
+use crate::message::properties::{self, keys};
 use crate::message::{RecordHeader, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
 use crate::mmap::MappedFile;
 
@@ -228,11 +229,16 @@ impl CommitLog {
             report.stop_reason = None;
             return Ok(());
         }
-        let opts = CheckOptions { check_crc: true, force_prop_crc: self.cfg.force_verify_prop_crc };
+        // Evidence of data is a record that is whole and has its body CRC, whatever the verification mode: under
+        // `force_verify_prop_crc` every record written without the `__CRC32#` entry fails validation, and
+        // treating those as torn would zero intact data.
+        let opts = CheckOptions { check_crc: true, force_prop_crc: false };
         for f in files.iter().filter(|f| f.end() > end) {
-            let from = if Arc::ptr_eq(f, &file) { pos + 1 } else { 0 };
+            // From `pos` itself: a record there that is whole with a good body CRC (it failed only the
+            // configured check) is data, not a torn write.
+            let from = if Arc::ptr_eq(f, &file) { pos } else { 0 };
             let bytes = f.slice(0, f.size() as usize).unwrap_or_default();
-            if let Some(found) = find_valid_record(bytes, from, f.start(), opts) {
+            if let Some(found) = find_valid_record(bytes, from, f.start(), opts, self.cfg.enabled_append_prop_crc) {
                 return Err(Error::Corruption {
                     path: file.path().to_owned(),
                     offset: end as i64,
@@ -433,15 +439,20 @@ impl Drop for CommitLog {
 }
 
 /// Searches `bytes` (a whole segment starting at global `base`) from `from` for a position holding a record
-/// that validates completely, CRC included, and names its own offset.
-fn find_valid_record(bytes: &[u8], from: usize, base: u64, opts: CheckOptions) -> Option<u64> {
+/// that validates completely and names its own offset: body CRC, and the `__CRC32#` property when it has one
+/// (or always, when `require_prop_crc`: this store writes the property on every record).
+fn find_valid_record(bytes: &[u8], from: usize, base: u64, opts: CheckOptions, require_prop_crc: bool) -> Option<u64> {
     let magics = [MAGIC_V1.to_be_bytes(), MAGIC_V2.to_be_bytes()];
     let mut q = from;
     while q + 8 <= bytes.len() {
         let word = bytes.get(q + 4..q + 8)?;
         if magics.iter().any(|m| m == word) {
             if let RecordCheck::Message(h) = check_record(bytes.get(q..)?, opts) {
-                if h.physical_offset == (base + q as u64) as i64 {
+                let record = bytes.get(q..q + h.total_size as usize)?;
+                let has_prop_crc = properties::get_raw(h.properties(record), keys::CRC32).is_some();
+                if h.physical_offset == (base + q as u64) as i64
+                    && (!(has_prop_crc || require_prop_crc) || property_crc_ok(record, &h))
+                {
                     return Some(base + q as u64);
                 }
             }

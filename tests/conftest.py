@@ -81,7 +81,6 @@ class Parsed:
     body: bytes
     topic: str
     properties: bytes
-    store_timestamp_pos: int
 
 
 def parse_record(raw: bytes) -> Parsed:
@@ -93,7 +92,6 @@ def parse_record(raw: bytes) -> Parsed:
     bh = 16 if sys_flag & 0x10 else 4
     born = host_text(raw[pos : pos + bh], struct.unpack_from(">i", raw, pos + bh)[0])
     pos += bh + 4
-    store_ts_pos = pos
     (store_ts,) = struct.unpack_from(">q", raw, pos)
     pos += 8
     sh = 16 if sys_flag & 0x20 else 4
@@ -135,7 +133,6 @@ def parse_record(raw: bytes) -> Parsed:
         body,
         topic,
         props,
-        store_ts_pos,
     )
 
 

@@ -1,369 +1,703 @@
-"""The Python API over real store directories: round trips, segments, reopen, lock, crash, bad input."""
+"""`rmq.MessageStore` over real directories: every field round trip, record sizes, ids, properties the
+broker adds, queue offsets, batches, segments and the end-of-file blank, scans, zero-copy views, lock,
+close, dynamic limits and the open report.
+
+Records are also decoded from their raw bytes by `conftest.parse_record`, independently of rmq's decoder.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import textwrap
+import threading
+import time
+import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import rmq
-from conftest import SMALL, tree_digest
+from conftest import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    SEGMENT,
+    SMALL,
+    encoded_properties_len,
+    parse_properties,
+    parse_record,
+    segment_bytes,
+)
+
+TX = rmq.TransactionType
 
 
-def test_round_trip_every_field(store_dir: Path) -> None:
-    with rmq.MessageStore(store_dir) as store:
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def read(store: rmq.MessageStore, offset: int) -> rmq.MessageExt:
+    m = store.read(offset)
+    assert m is not None, offset
+    return m
+
+
+# --- every field --------------------------------------------------------------------------------------
+
+
+def test_round_trip_of_every_field(store_dir: Path) -> None:
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        before = now_ms()
         r = store.put(
             "TopicTest",
             b"Hello RocketMQ",
             queue_id=3,
             tags="TagA",
             keys=["order1", "order2"],
-            properties={"region": "eu"},
-            flag=7,
-            sys_flag=0x1,
+            properties={"region": "eu", "k": "v"},
+            flag=-7,
+            sys_flag=0x1 | 0x200,
             born_host="[2001:db8::1]:54321",
             born_timestamp=1_700_000_000_000,
             reconsume_times=2,
         )
-        assert r.status == rmq.PutMessageStatus.PUT_OK
-        assert (r.wrote_offset, r.queue_offset, r.msg_num) == (0, 0, 1)
-        m = store.read(r.wrote_offset)
-        assert m is not None
+        after = now_ms()
+        assert r.status == rmq.PutMessageStatus.PUT_OK and r.status.name == "PUT_OK"
+        assert (r.wrote_offset, r.offsets, r.queue_offset, r.msg_num) == (0, [0], 0, 1)
+        m = read(store, 0)
         assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == ("TopicTest", 3, 0, 0)
         assert m.body == b"Hello RocketMQ" and bytes(m.body_view) == b"Hello RocketMQ"
-        assert (m.tags, m.keys, m.flag, m.reconsume_times) == ("TagA", ["order1", "order2"], 7, 2)
-        assert m.properties["region"] == "eu" and m.properties["WAIT"] == "true"
-        assert m.properties["CLUSTER"] == "DefaultCluster"
-        assert m.uniq_key == r.uniq_key and len(r.uniq_key) == 32
+        assert (m.tags, m.keys, m.flag, m.reconsume_times) == ("TagA", ["order1", "order2"], -7, 2)
+        assert m.properties == {
+            "region": "eu",
+            "k": "v",
+            "TAGS": "TagA",
+            "KEYS": "order1 order2",
+            "WAIT": "true",
+            "UNIQ_KEY": r.uniq_key,
+            "CLUSTER": "DefaultCluster",
+        }
         assert m.born_host == "[2001:db8::1]:54321" and m.store_host == "127.0.0.1:10911"
-        assert m.sys_flag == 0x1 | 0x10
-        assert m.born_timestamp == 1_700_000_000_000 and m.store_timestamp == r.store_timestamp
-        assert m.msg_id == r.msg_id == "7F00000100002A9F0000000000000000"
-        assert m.store_size == len(bytes(m.raw)) == r.wrote_bytes
-        assert m.tags_code == 2598919 and m.body_crc_ok and m.version == 1
-        assert store.read(store.max_offset) is None
+        assert m.sys_flag == 0x1 | 0x200 | 0x10  # compression bits kept, born-host-v6 bit added by the store
+        assert m.transaction_type == TX.NOT_TYPE and m.prepared_transaction_offset == 0
+        assert m.born_timestamp == 1_700_000_000_000
+        assert before <= m.store_timestamp == r.store_timestamp <= after
+        assert m.version == 1 and m.body_crc == zlib.crc32(b"Hello RocketMQ") & 0x7FFFFFFF == 1774740973
+        assert m.body_crc_ok and m.tags_code == 2598919  # "TagA".hashCode()
+        assert m.store_size == len(bytes(m.raw)) == len(m.raw) == r.wrote_bytes
+
+        # The same fields, decoded from the stored bytes without rmq's decoder.
+        p = parse_record(bytes(m.raw))
+        assert (p.total_size, p.magic, p.queue_id, p.flag, p.queue_offset, p.physical_offset) == (
+            m.store_size,
+            MAGIC_V1,
+            3,
+            -7,
+            0,
+            0,
+        )
+        assert (p.sys_flag, p.born_timestamp, p.born_host, p.store_timestamp, p.store_host) == (
+            0x211,
+            1_700_000_000_000,
+            "[2001:db8::1]:54321",
+            r.store_timestamp,
+            "127.0.0.1:10911",
+        )
+        assert (p.reconsume_times, p.prepared_transaction_offset, p.body, p.topic) == (
+            2,
+            0,
+            b"Hello RocketMQ",
+            "TopicTest",
+        )
+        assert p.body_crc == m.body_crc and parse_properties(p.properties) == m.properties
+        assert segment_bytes(store, 0)[: m.store_size] == bytes(m.raw)
 
 
-def test_record_size_matches_rocketmq_formula(small_store: rmq.MessageStore) -> None:
-    r = small_store.put("T", b"abc", born_host="10.0.0.1:1")
-    m = small_store.read(r.wrote_offset)
-    assert m is not None
-    props_len = len("".join(f"{k}\x01{v}\x02" for k, v in m.properties.items()).encode())
-    assert m.store_size == 91 + 3 + 1 + props_len
+def test_defaults_of_a_plain_put(small_store: rmq.MessageStore) -> None:
+    before = now_ms()
+    r = small_store.put("T", b"x")
+    after = now_ms()
+    m = read(small_store, r.wrote_offset)
+    assert (m.queue_id, m.flag, m.sys_flag, m.reconsume_times, m.prepared_transaction_offset) == (0, 0, 0, 0, 0)
+    assert m.born_host == "127.0.0.1:0" and m.tags is None and m.keys == [] and m.tags_code == 0
+    assert before <= m.born_timestamp <= m.store_timestamp <= after
+    assert set(m.properties) == {"WAIT", "UNIQ_KEY", "CLUSTER"}
 
 
-def test_transactions_take_queue_offsets_as_rocketmq(small_store: rmq.MessageStore) -> None:
-    prepared = small_store.put("Tx", b"half", transaction_type=rmq.TransactionType.PREPARED)
-    commit = small_store.put(
-        "Tx", b"c", transaction_type=rmq.TransactionType.COMMIT, prepared_transaction_offset=prepared.wrote_offset
-    )
-    rollback = small_store.put("Tx", b"r", transaction_type=rmq.TransactionType.ROLLBACK)
-    plain = small_store.put("Tx", b"p")
-    assert (prepared.queue_offset, commit.queue_offset, rollback.queue_offset, plain.queue_offset) == (0, 0, 0, 1)
-    m = small_store.read(commit.wrote_offset)
-    assert m is not None and m.transaction_type == rmq.TransactionType.COMMIT
-    assert m.prepared_transaction_offset == prepared.wrote_offset
+def test_wait_store_msg_ok_false_is_stored(small_store: rmq.MessageStore) -> None:
+    m = read(small_store, small_store.put("T", b"x", wait_store_msg_ok=False).wrote_offset)
+    assert m.properties["WAIT"] == "false"
+    b = small_store.put_batch("T", [b"y"], wait_store_msg_ok=False)
+    assert read(small_store, b.wrote_offset).properties["WAIT"] == "false"
 
 
-def test_v2_record_for_long_retry_topic_and_ipv6_store_host(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(store_host="[::1]:10911", broker_cluster_name=None)
+@pytest.mark.parametrize("sys_flag", [0x0, 0x1, 0x2, 0x3, 0x101, 0x201, 0x301, 0x100, 0x300])
+def test_sys_flag_compression_and_multi_tags_bits_are_kept(small_store: rmq.MessageStore, sys_flag: int) -> None:
+    m = read(small_store, small_store.put("T", b"z", sys_flag=sys_flag).wrote_offset)
+    assert m.sys_flag == sys_flag == parse_record(bytes(m.raw)).sys_flag
+
+
+@pytest.mark.parametrize(
+    ("born", "stored_as", "v6_bits"),
+    [
+        ("10.0.0.1:1", "10.0.0.1:1", 0),
+        ("255.255.255.255:65535", "255.255.255.255:65535", 0),
+        ("[2001:db8::1]:54321", "[2001:db8::1]:54321", 0x10),
+        ("[::1]:0", "[::1]:0", 0x10),
+        ("[::ffff:10.1.2.3]:80", "10.1.2.3:80", 0),  # Java sees an IPv4-mapped address as Inet4Address
+        ("[::FFFF:192.168.0.1]:9", "192.168.0.1:9", 0),
+    ],
+)
+def test_born_host_encoding(small_store: rmq.MessageStore, born: str, stored_as: str, v6_bits: int) -> None:
+    r = small_store.put("T", b"body", born_host=born)
+    m = read(small_store, r.wrote_offset)
+    p = parse_record(bytes(m.raw))
+    assert m.born_host == p.born_host == stored_as
+    assert m.sys_flag & 0x30 == v6_bits
+    props = encoded_properties_len(m.properties)
+    assert m.store_size == 91 + 4 + 1 + props + (12 if v6_bits else 0)
+
+
+# --- record size (spec 1.2: 91 + B + T + P for v1 IPv4/IPv4) -------------------------------------------------
+
+
+@pytest.mark.parametrize("body_len", [0, 1, 14, 1000])
+@pytest.mark.parametrize("topic", ["T", "TopicTest", "a" * 127])
+def test_record_size_is_91_plus_body_topic_properties(small_store: rmq.MessageStore, body_len: int, topic: str) -> None:
+    r = small_store.put(topic, b"b" * body_len, tags="t", keys="k", properties={"p": "q"}, born_host="10.0.0.1:1")
+    m = read(small_store, r.wrote_offset)
+    raw = bytes(m.raw)
+    p = parse_record(raw)
+    assert m.store_size == len(raw) == r.wrote_bytes == p.total_size
+    assert m.store_size == 91 + body_len + len(topic) + len(p.properties)
+    assert len(p.properties) == encoded_properties_len(m.properties)
+    assert m.body_crc == (zlib.crc32(b"b" * body_len) & 0x7FFFFFFF)
+
+
+def test_record_size_with_ipv6_hosts_and_v2(store_dir: Path) -> None:
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, store_host="[::1]:10911")
     with rmq.MessageStore(store_dir, cfg) as store:
-        long_topic = "%RETRY%" + "g" * 193
-        m = store.read(store.put(long_topic, b"x").wrote_offset)
-        assert m is not None and m.topic == long_topic and m.version == 2
-        assert len(m.msg_id) == 56 and "CLUSTER" not in m.properties
-        short = store.read(store.put("a" * 127, b"x").wrote_offset)
-        assert short is not None and short.version == 1
+        for born, extra in (("1.2.3.4:5", 12), ("[::2]:5", 24)):
+            m = read(store, store.put("T", b"abc", born_host=born).wrote_offset)
+            assert m.store_size == 91 + 3 + 1 + encoded_properties_len(m.properties) + extra
+            assert m.sys_flag & 0x30 == (0x20 if extra == 12 else 0x30)
+        topic = "%RETRY%" + "g" * 193
+        m = read(store, store.put(topic, b"abc", born_host="[::2]:5").wrote_offset)
+        assert m.store_size == 92 + 3 + 200 + encoded_properties_len(m.properties) + 24
 
 
-def test_property_crc_config(store_dir: Path) -> None:
-    with rmq.MessageStore(store_dir, rmq.StoreConfig(enabled_append_prop_crc=True)) as store:
-        m = store.read(store.put("T", b"body", properties={"__CRC32#": "stale"}).wrote_offset)
-        assert m is not None
-        assert len(m.properties["__CRC32#"]) == 10 and m.properties["__CRC32#"].isdigit()
-        assert bytes(m.raw)[-20:-12] == b"__CRC32#"
+# --- versions, ids and broker-added properties ----------------------------------------------------------
 
 
-def test_segments_blanks_scan_and_reopen(store_dir: Path) -> None:
+def test_record_version_follows_topic_length(small_store: rmq.MessageStore) -> None:
+    for topic, version, magic in (
+        ("a" * 127, 1, MAGIC_V1),
+        ("%RETRY%" + "x" * 120, 1, MAGIC_V1),
+        ("%RETRY%" + "x" * 121, 2, MAGIC_V2),
+        ("%RETRY%" + "g" * 193, 2, MAGIC_V2),
+        ("%RETRY%" + "r" * 248, 2, MAGIC_V2),
+    ):
+        m = read(small_store, small_store.put(topic, b"x").wrote_offset)
+        p = parse_record(bytes(m.raw))
+        assert (m.topic, m.version, p.magic, p.topic) == (topic, version, magic, topic)
+
+
+def test_v1_only_config_rejects_long_topics(store_dir: Path) -> None:
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, auto_message_version_on_topic_len=False)
+    with rmq.MessageStore(store_dir, cfg) as store:
+        assert read(store, store.put("%RETRY%" + "x" * 120, b"x").wrote_offset).version == 1
+        with pytest.raises(rmq.InvalidMessageError):
+            store.put("%RETRY%" + "x" * 121, b"x")  # a v1 record cannot hold a 128-byte topic
+
+
+def test_msg_id_is_store_host_and_offset(small_store: rmq.MessageStore) -> None:
+    for _ in range(5):
+        r = small_store.put("T", b"some body")
+        m = read(small_store, r.wrote_offset)
+        assert r.msg_id == m.msg_id == r.msg_ids[0] == f"7F00000100002A9F{r.wrote_offset:016X}"
+
+
+def test_msg_id_with_ipv6_store_host_has_56_hex_chars(store_dir: Path) -> None:
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, store_host="[::1]:10911")
+    with rmq.MessageStore(store_dir, cfg) as store:
+        store.put("T", b"first")
+        r = store.put("T", b"second")
+        m = read(store, r.wrote_offset)
+        assert m.store_host == "[::1]:10911" and m.sys_flag & 0x20
+        assert r.msg_id == m.msg_id == "0" * 31 + "1" + "00002A9F" + f"{r.wrote_offset:016X}"
+        assert len(r.msg_id) == 56
+
+
+def test_ipv4_mapped_store_host_is_ipv4_everywhere(store_dir: Path) -> None:
+    """Java treats ::ffff:a.b.c.d as an Inet4Address: the record, the offsetMsgId returned by the put and the
+    one read back must all be the 4-byte IPv4 form (spec 1.5, 5.1)."""
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, store_host="[::ffff:127.0.0.1]:10911")
+    with rmq.MessageStore(store_dir, cfg) as store:
+        r = store.put("T", b"x")
+        m = read(store, r.wrote_offset)
+        assert m.store_host == "127.0.0.1:10911" and m.sys_flag & 0x20 == 0
+        assert m.msg_id == "7F00000100002A9F0000000000000000"
+        assert r.msg_id == m.msg_id
+        assert len(r.uniq_key) == 32 and r.uniq_key.startswith("7F000001")
+
+
+def test_uniq_key_is_generated_unless_given(small_store: rmq.MessageStore) -> None:
+    results = [small_store.put("T", b"x") for _ in range(3)]
+    keys = [r.uniq_key for r in results]
+    for r in results:
+        assert len(r.uniq_key) == 32 and r.uniq_key == r.uniq_key.upper()
+        int(r.uniq_key, 16)
+        assert r.uniq_keys == [r.uniq_key] and read(small_store, r.wrote_offset).uniq_key == r.uniq_key
+    # MessageClientIDSetter layout: ip (store host) | pid u16 | random i32 | time i32 | counter u16.
+    assert len({k[:20] for k in keys}) == 1
+    assert keys[0][:8] == "7F000001" and keys[0][8:12] == f"{os.getpid() & 0xFFFF:04X}"
+    counters = [int(k[-4:], 16) for k in keys]
+    assert counters == [(counters[0] + i) & 0xFFFF for i in range(3)]
+    given = small_store.put("T", b"x", properties={"UNIQ_KEY": "MY-OWN-ID"})
+    m = read(small_store, given.wrote_offset)
+    assert m.uniq_key == "MY-OWN-ID" and given.uniq_key == "" and list(m.properties).count("UNIQ_KEY") == 1
+
+
+def test_cluster_property_present_by_default_and_absent_when_unset(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "a", SMALL) as store:
+        assert read(store, store.put("T", b"x").wrote_offset).properties["CLUSTER"] == "DefaultCluster"
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, broker_cluster_name="Prod-1")
+    with rmq.MessageStore(tmp_path / "b", cfg) as store:
+        assert read(store, store.put("T", b"x").wrote_offset).properties["CLUSTER"] == "Prod-1"
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, broker_cluster_name=None)
+    with rmq.MessageStore(tmp_path / "c", cfg) as store:
+        m = read(store, store.put("T", b"x").wrote_offset)
+        assert "CLUSTER" not in m.properties
+        assert b"CLUSTER" not in bytes(m.raw)
+
+
+def test_broker_cluster_name_overrides_a_producer_cluster_property(small_store: rmq.MessageStore) -> None:
+    """SendMessageProcessor calls `putProperty(msgInner, CLUSTER, brokerClusterName)` after copying the
+    producer's properties, so the broker's cluster name always wins (spec 3.1: the broker adds CLUSTER)."""
+    m = read(small_store, small_store.put("T", b"x", properties={"CLUSTER": "spoofed"}).wrote_offset)
+    assert m.properties["CLUSTER"] == "DefaultCluster"
+
+
+def test_property_crc(store_dir: Path) -> None:
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, enabled_append_prop_crc=True)
+    with rmq.MessageStore(store_dir, cfg) as store:
+        single = store.put("T", b"body", properties={"__CRC32#": "stale", "a": "b"})
+        batch = store.put_batch("T", [b"one", rmq.Message(b"two", properties={"x": "y"})])
+        for off in [single.wrote_offset, *batch.offsets]:
+            m = read(store, off)
+            raw = bytes(m.raw)
+            value = m.properties["__CRC32#"]
+            assert len(value) == 10 and value.isdigit()
+            # The last 20 bytes: name, 0x01, the CRC of everything before them least-significant digit first, 0x02.
+            assert raw[-20:] == b"__CRC32#\x01" + value.encode() + b"\x02"
+            assert int(value[::-1]) == zlib.crc32(raw[:-20]) & 0x7FFFFFFF
+            assert raw.count(b"__CRC32#") == 1
+    with rmq.MessageStore(store_dir, rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, force_verify_prop_crc=True)):
+        pass
+    with rmq.MessageStore(store_dir, cfg) as store:
+        assert len(list(store.scan())) == 3
+
+
+# --- transactions ---------------------------------------------------------------------------------------
+
+
+def test_transaction_types_and_queue_offsets(store_dir: Path) -> None:
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        for _ in range(5):
+            store.put("Tx", b"plain", queue_id=1)
+        prepared = store.put("Tx", b"half", queue_id=1, transaction_type=TX.PREPARED)
+        commit = store.put(
+            "Tx",
+            b"commit",
+            queue_id=1,
+            transaction_type=TX.COMMIT,
+            prepared_transaction_offset=prepared.wrote_offset,
+        )
+        rollback = store.put(
+            "Tx",
+            b"rollback",
+            queue_id=1,
+            transaction_type=TX.ROLLBACK,
+            prepared_transaction_offset=prepared.wrote_offset,
+        )
+        after = store.put("Tx", b"plain", queue_id=1)
+        assert (prepared.queue_offset, commit.queue_offset, rollback.queue_offset, after.queue_offset) == (0, 5, 0, 6)
+        expected = {
+            prepared.wrote_offset: (TX.PREPARED, 0x4, 0, 0),
+            commit.wrote_offset: (TX.COMMIT, 0x8, 5, prepared.wrote_offset),
+            rollback.wrote_offset: (TX.ROLLBACK, 0xC, 0, prepared.wrote_offset),
+        }
+        for off, (tx, bits, queue_offset, prepared_offset) in expected.items():
+            m = read(store, off)
+            p = parse_record(bytes(m.raw))
+            assert (m.transaction_type, m.sys_flag & 0xC, p.sys_flag & 0xC) == (tx, bits, bits)
+            assert m.queue_offset == p.queue_offset == queue_offset
+            assert m.prepared_transaction_offset == p.prepared_transaction_offset == prepared_offset
+        assert store.next_queue_offset("Tx", 1) == 7
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        assert store.next_queue_offset("Tx", 1) == 7  # rebuilt from the log: half and rollback take none
+        assert store.put("Tx", b"x", queue_id=1).queue_offset == 7
+
+
+def test_transaction_type_names() -> None:
+    assert [t.name for t in (TX.NOT_TYPE, TX.PREPARED, TX.COMMIT, TX.ROLLBACK)] == [
+        "NOT_TYPE",
+        "PREPARED",
+        "COMMIT",
+        "ROLLBACK",
+    ]
+
+
+# --- queue offsets --------------------------------------------------------------------------------------
+
+
+def test_queue_offsets_are_dense_per_topic_and_queue_and_survive_reopen(store_dir: Path) -> None:
+    expected: dict[tuple[str, int], int] = {}
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        for i in range(120):
+            key = (f"T{i % 3}", i % 4)
+            r = store.put(key[0], b"m%d" % i, queue_id=key[1])
+            assert r.queue_offset == expected.get(key, 0)
+            expected[key] = r.queue_offset + 1
+        assert store.next_queue_offset("Unknown", 0) == 0 and store.next_queue_offset("T0", 99) == 0
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        for (topic, q), n in expected.items():
+            assert store.next_queue_offset(topic, q) == n
+            assert store.put(topic, b"after", queue_id=q).queue_offset == n
+            assert store.put_batch(topic, [b"1", b"2"], queue_id=q).queue_offset == n + 1
+            assert store.next_queue_offset(topic, q) == n + 3
+
+
+def test_concurrent_puts_take_dense_queue_offsets_in_log_order(small_store: rmq.MessageStore) -> None:
+    def writer(k: int) -> None:
+        for i in range(150):
+            if i % 10 == 0:
+                small_store.put_batch("T", [b"b%d-%d" % (k, i)] * 3, queue_id=i % 2)
+            else:
+                small_store.put("T", b"%d-%d" % (k, i), queue_id=i % 2)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen: dict[int, int] = {}
+    last_ts = 0
+    for m in small_store.scan():
+        assert m.queue_offset == seen.get(m.queue_id, -1) + 1  # in commitlog order, no gap, no duplicate
+        seen[m.queue_id] = m.queue_offset
+        assert m.store_timestamp >= last_ts
+        last_ts = m.store_timestamp
+    assert sum(n + 1 for n in seen.values()) == 4 * (135 + 15 * 3)
+    assert all(small_store.next_queue_offset("T", q) == n + 1 for q, n in seen.items())
+
+
+# --- batches --------------------------------------------------------------------------------------------
+
+
+def test_batch_records(small_store: rmq.MessageStore) -> None:
+    small_store.put("B", b"first", queue_id=2)
+    batch = small_store.put_batch(
+        "B",
+        [
+            b"a" * 100,
+            rmq.Message(b"b", tags="tb", keys="k1 k2", properties={"p": "1"}, flag=9),
+            rmq.Message(b"c", keys=["x", "y"]),
+            bytearray(b"d"),  # accepted like bytes
+        ],
+        queue_id=2,
+        born_host="[2001:db8::9]:1",
+        born_timestamp=42,
+        reconsume_times=3,
+    )
+    assert batch.status == rmq.PutMessageStatus.PUT_OK and batch.msg_num == 4 and batch.queue_offset == 1
+    msgs = [read(small_store, o) for o in batch.offsets]
+    for a, b in zip(msgs, msgs[1:], strict=False):
+        assert b.commitlog_offset == a.commitlog_offset + a.store_size  # back to back
+    assert batch.wrote_bytes == sum(m.store_size for m in msgs)
+    assert [m.queue_offset for m in msgs] == [1, 2, 3, 4]
+    assert {m.store_timestamp for m in msgs} == {batch.store_timestamp}
+    assert batch.msg_id == ",".join(batch.msg_ids) and batch.msg_ids == [m.msg_id for m in msgs]
+    assert len(set(batch.uniq_keys)) == 4 and [m.uniq_key for m in msgs] == batch.uniq_keys
+    assert [m.body for m in msgs] == [b"a" * 100, b"b", b"c", b"d"]
+    assert (msgs[1].tags, msgs[1].keys, msgs[1].flag, msgs[1].properties["p"]) == ("tb", ["k1", "k2"], 9, "1")
+    assert msgs[2].keys == ["x", "y"] and msgs[0].tags is None
+    for m in msgs:
+        assert (m.topic, m.queue_id, m.born_host, m.born_timestamp, m.reconsume_times) == (
+            "B",
+            2,
+            "[2001:db8::9]:1",
+            42,
+            3,
+        )
+        assert "CLUSTER" not in m.properties and m.properties["WAIT"] == "true"  # inner records copied verbatim
+        assert m.prepared_transaction_offset == 0 and m.transaction_type == TX.NOT_TYPE
+    assert {m.commitlog_offset // SEGMENT for m in msgs} == {0}
+    assert small_store.next_queue_offset("B", 2) == 5
+
+
+def test_batch_that_does_not_fit_moves_whole_to_the_next_segment(small_store: rmq.MessageStore) -> None:
+    first = small_store.put("B", b"x" * 3000)
+    end = first.wrote_offset + first.wrote_bytes
+    batch = small_store.put_batch("B", [b"a" * 400, b"b" * 400, b"c" * 400])
+    assert batch.offsets[0] == SEGMENT and batch.queue_offset == 1
+    seg0 = segment_bytes(small_store, 0)
+    # Only the 8-byte blank is written: `remaining i32 | CB D4 31 94`, then the zeros of the fresh file.
+    assert seg0[end : end + 8] == (SEGMENT - end).to_bytes(4, "big") + bytes.fromhex("CBD43194")
+    assert seg0[end + 8 :] == bytes(SEGMENT - end - 8)
+    assert small_store.read(end) is None and small_store.read_raw(end) is None
+    assert [m.commitlog_offset for m in small_store.scan()] == [0, *batch.offsets]
+
+
+def test_record_that_leaves_exactly_eight_bytes_fits(store_dir: Path) -> None:
+    """Spec 1.8 / 16.3: a record of length L fits if L + 8 <= what remains; the last 8 bytes become a blank."""
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, broker_cluster_name=None)
+    fixed = {"UNIQ_KEY": "u"}
+    with rmq.MessageStore(store_dir, cfg) as store:
+        base = store.put("T", b"", properties=fixed).wrote_bytes  # record size with an empty body
+        r = store.put("T", b"x" * (SEGMENT - 8 - 2 * base), properties=fixed)
+        assert r.wrote_offset == base and r.wrote_offset + r.wrote_bytes == SEGMENT - 8
+        assert store.max_offset == SEGMENT - 8
+    with rmq.MessageStore(store_dir, cfg) as store:  # reopened with 8 zero bytes left in the segment
+        assert store.max_offset == SEGMENT - 8 and store.open_report["discarded_bytes"] == 0
+        nxt = store.put("T", b"", properties=fixed)
+        assert nxt.wrote_offset == SEGMENT
+        assert segment_bytes(store, 0)[-8:] == bytes.fromhex("00000008CBD43194")
+        # One byte more than fits: the record goes to the next segment.
+        big = store.put("T", b"x" * (SEGMENT - 8 - 2 * base + 1), properties=fixed)
+        assert big.wrote_offset == 2 * SEGMENT
+        seg1 = segment_bytes(store, SEGMENT)
+        assert seg1[base : base + 8] == (SEGMENT - base).to_bytes(4, "big") + BLANK_MAGIC.to_bytes(4, "big")
+        expected = [0, base, SEGMENT, 2 * SEGMENT]
+        assert [m.commitlog_offset for m in store.scan()] == expected
+        assert store.read(SEGMENT - 8) is None and store.read(SEGMENT + base) is None
+    with rmq.MessageStore(store_dir, cfg) as store:
+        assert [m.commitlog_offset for m in store.scan()] == expected
+
+
+# --- segments, scan, read -------------------------------------------------------------------------------
+
+
+def test_many_messages_across_segments(store_dir: Path) -> None:
     expected = []
     with rmq.MessageStore(store_dir, SMALL) as store:
-        for i in range(200):
-            r = store.put(f"T{i % 3}", f"body-{i}".encode() * 5, queue_id=i % 2, tags=f"t{i}")
-            expected.append((r.wrote_offset, f"T{i % 3}", i % 2, r.queue_offset))
-        files = store.commitlog_files()
-    assert len(files) > 5
+        for i in range(400):
+            body = b"body-%d-" % i + bytes(range(256))[: i % 200]
+            r = store.put(f"T{i % 3}", body, queue_id=i % 2, tags=f"t{i}")
+            expected.append((r.wrote_offset, f"T{i % 3}", i % 2, r.queue_offset, body))
+        files = [Path(f) for f in store.commitlog_files()]
+        max_offset = store.max_offset
+    assert len(files) > 10
+    assert [f.name for f in files] == [f"{i * SEGMENT:020d}" for i in range(len(files))]
+    assert sorted(p.name for p in (store_dir / "commitlog").iterdir()) == [f.name for f in files]
     for f in files:
-        name = Path(f).name
-        assert len(name) == 20 and int(name) % 4096 == 0 and os.path.getsize(f) == 4096
-    seg0 = Path(files[0]).read_bytes()
-    first_next = next(off for off, *_ in expected if off >= 4096)
-    last_in_0 = max(off for off, *_ in expected if off < 4096)
-    end0 = last_in_0 + int.from_bytes(seg0[last_in_0 : last_in_0 + 4], "big")
-    assert first_next == 4096
-    assert seg0[end0 : end0 + 8] == (4096 - end0).to_bytes(4, "big") + bytes.fromhex("CBD43194")
+        assert len(f.name) == 20 and int(f.name) % SEGMENT == 0 and f.stat().st_size == SEGMENT
+    # Every full segment ends with a blank whose size is exactly what remains after its last record.
+    for f in files[:-1]:
+        data = f.read_bytes()
+        offs = [o - int(f.name) for o, *_ in expected if int(f.name) <= o < int(f.name) + SEGMENT]
+        end = offs[-1] + int.from_bytes(data[offs[-1] : offs[-1] + 4], "big")
+        assert data[end : end + 8] == (SEGMENT - end).to_bytes(4, "big") + BLANK_MAGIC.to_bytes(4, "big")
     with rmq.MessageStore(store_dir, SMALL) as store:
-        assert not store.unclean_shutdown
-        got = [(m.commitlog_offset, m.topic, m.queue_id, m.queue_offset) for m in store.scan()]
+        assert store.max_offset == max_offset and store.min_offset == 0
+        got = [(m.commitlog_offset, m.topic, m.queue_id, m.queue_offset, m.body) for m in store.scan()]
         assert got == expected
-        mid = expected[77][0]
-        assert [m.commitlog_offset for m in store.scan(mid)][0] == mid
-        counts = {(t, q): 0 for _, t, q, _ in expected}
-        for _, t, q, _ in expected:
-            counts[(t, q)] += 1
-        for (t, q), n in counts.items():
-            assert store.next_queue_offset(t, q) == n
-            assert store.put(t, b"more", queue_id=q).queue_offset == n
-        r = store.put("T0", b"x")
-        assert r.wrote_offset >= expected[-1][0]
+        for off, topic, q, qoff, body in expected:
+            m = read(store, off)
+            assert (m.topic, m.queue_id, m.queue_offset, m.body) == (topic, q, qoff, body)
+            raw = store.read_raw(off)
+            assert raw is not None and raw.offset == off and bytes(raw) == bytes(m.raw)
+        assert store.read(store.max_offset) is None and store.read_raw(store.max_offset) is None
+        assert store.read(store.max_offset + 10**6) is None
+        assert list(store.scan(store.max_offset)) == []
 
 
-def test_batch_is_consecutive_and_moves_whole(small_store: rmq.MessageStore) -> None:
-    small_store.put("B", b"x" * 3400)
-    batch = small_store.put_batch("B", [b"a" * 100, rmq.Message(b"b", tags="tb", keys="k1 k2"), b"c"], queue_id=0)
-    assert batch.msg_num == 3 and batch.queue_offset == 1
-    assert batch.offsets[0] == 4096  # did not fit after the 3400-byte record: moved whole
-    assert batch.msg_id == ",".join(batch.msg_ids) and len(set(batch.msg_ids)) == 3
-    msgs = [small_store.read(o) for o in batch.offsets]
-    assert [m.queue_offset for m in msgs if m] == [1, 2, 3]
-    assert len({m.store_timestamp for m in msgs if m}) == 1
-    assert msgs[1] is not None and msgs[1].tags == "tb" and msgs[1].keys == ["k1", "k2"]
-    assert all(m is not None and "CLUSTER" not in m.properties for m in msgs)
+def test_scan_from_a_mid_log_record(small_store: rmq.MessageStore) -> None:
+    offsets = [small_store.put("T", b"%d" % i * 40).wrote_offset for i in range(120)]
+    for k in (0, 1, 37, 64, 119):
+        assert [m.commitlog_offset for m in small_store.scan(offsets[k])] == offsets[k:]
+    second_segment = next(i for i, o in enumerate(offsets) if o >= SEGMENT)
+    assert [m.commitlog_offset for m in small_store.scan(SEGMENT)] == offsets[second_segment:]
+    last_in_first = read(small_store, offsets[second_segment - 1])
+    blank = last_in_first.commitlog_offset + last_in_first.store_size
+    assert [m.commitlog_offset for m in small_store.scan(blank)] == offsets[second_segment:]
+    scanner = small_store.scan(offsets[5])
+    assert scanner.position == offsets[5]
+    next(scanner)
+    assert scanner.position == offsets[6]
+
+
+def test_scan_from_inside_a_record_is_an_invalid_offset(small_store: rmq.MessageStore) -> None:
+    """An offset that is not a record boundary is a bad argument (as for `read`), not corruption on disk."""
+    r = small_store.put("T", b"payload")
+    small_store.put("T", b"more")
+    with pytest.raises(rmq.InvalidOffsetError) as info:
+        small_store.read(r.wrote_offset + 1)
+    assert info.value.offset == r.wrote_offset + 1
+    with pytest.raises(rmq.InvalidOffsetError):
+        list(small_store.scan(r.wrote_offset + 1))
+
+
+# --- zero-copy views ------------------------------------------------------------------------------------
 
 
 def test_record_view_is_read_only_and_outlives_close(store_dir: Path) -> None:
     store = rmq.MessageStore(store_dir, SMALL)
-    view = store.read_raw(store.put("T", b"payload").wrote_offset)
-    store.close()
+    r = store.put("T", b"payload")
+    view = store.read_raw(r.wrote_offset)
+    m = read(store, r.wrote_offset)
+    body_view = m.body_view
     assert view is not None
+    saved = bytes(view)
+    store.close()
     mv = memoryview(view)
-    assert mv.readonly and bytes(mv[:4]) == len(view).to_bytes(4, "big")
+    assert mv.readonly and mv.nbytes == len(view) == r.wrote_bytes
+    assert bytes(mv) == saved and bytes(mv[:4]) == len(view).to_bytes(4, "big")
     with pytest.raises(TypeError):
         mv[0] = 1
-    with pytest.raises(rmq.StoreClosedError):
+    assert body_view.readonly and bytes(body_view) == b"payload"
+    with pytest.raises(TypeError):
+        body_view[0] = 0
+    assert bytes(m.raw) == saved and m.body == b"payload"  # a MessageExt keeps its segment mapped too
+    assert parse_record(bytes(view)).body == b"payload"
+
+
+# --- lock, close, limits, reports -------------------------------------------------------------------------
+
+
+def test_lock_is_exclusive_until_close(store_dir: Path) -> None:
+    with rmq.MessageStore(store_dir, SMALL) as store:
         store.put("T", b"x")
-    with pytest.raises(rmq.StoreClosedError):
-        store.read(0)
-
-
-def test_lock_is_exclusive(store_dir: Path) -> None:
-    with rmq.MessageStore(store_dir, SMALL):
-        with pytest.raises(rmq.StoreLockedError):
+        with pytest.raises(rmq.StoreLockedError) as info:
             rmq.MessageStore(store_dir, SMALL)
+        assert isinstance(info.value, rmq.StoreStateError) and info.value.path == str(store_dir)
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import rmq, sys\ntry:\n rmq.MessageStore(sys.argv[1])\nexcept rmq.StoreLockedError:\n print('locked')",
+                str(store_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert child.stdout.strip() == "locked", child.stderr
     with rmq.MessageStore(store_dir, SMALL) as again:
-        assert again.max_offset == 0
+        assert again.max_offset > 0
+
+
+def test_closed_store_refuses_calls(store_dir: Path) -> None:
+    store = rmq.MessageStore(store_dir, SMALL)
+    r = store.put("T", b"x")
+    assert not store.closed and "max_offset=" in repr(store)
+    store.close()
+    store.close()  # idempotent
+    assert store.closed and "closed" in repr(store)
+    for call in (
+        lambda: store.put("T", b"x"),
+        lambda: store.put_batch("T", [b"x"]),
+        lambda: store.read(0),
+        lambda: store.read_raw(0),
+        lambda: store.scan(0),
+        lambda: store.flush(),
+    ):
+        with pytest.raises(rmq.StoreClosedError) as info:
+            call()
+        assert info.value.status == rmq.PutMessageStatus.SERVICE_NOT_AVAILABLE
+    with rmq.MessageStore(store_dir, SMALL) as again:
+        assert [m.commitlog_offset for m in again.scan()] == [r.wrote_offset]
+        assert not again.unclean_shutdown
 
 
 def test_dynamic_max_message_size(small_store: rmq.MessageStore) -> None:
+    small_store.set_max_message_size(100)
+    with pytest.raises(rmq.MessageTooLargeError):
+        small_store.put("T", b"x" * 101)
+    assert small_store.put("T", b"x" * 100).queue_offset == 0
+    small_store.set_max_message_size(110)
+    assert small_store.put("T", b"x" * 110).queue_offset == 1
     small_store.set_max_message_size(10)
     with pytest.raises(rmq.MessageTooLargeError):
         small_store.put("T", b"x" * 11)
-    small_store.set_max_message_size(2000)
-    assert small_store.put("T", b"x" * 11).queue_offset == 0
-
-
-BAD_TOPICS = [
-    "",
-    " ",
-    "../x",
-    "a/b",
-    "a\x00b",
-    "..",
-    "a b",
-    "标签",
-    "a" * 128,
-    "%RETRY%" + "a" * 249,
-    "SCHEDULE_TOPIC_XXXX",
-]
-
-
-@pytest.mark.parametrize("topic", BAD_TOPICS)
-def test_bad_topics_write_nothing(store_dir: Path, topic: str) -> None:
-    with rmq.MessageStore(store_dir, SMALL) as store:
-        store.put("Good", b"x")
-        before, max_before = tree_digest(store_dir), store.max_offset
-        with pytest.raises(rmq.InvalidTopicError) as info:
-            store.put(topic, b"x")
-        assert info.value.status == rmq.PutMessageStatus.MESSAGE_ILLEGAL
-        with pytest.raises(rmq.InvalidTopicError):
-            store.put_batch(topic, [b"x"])
-        assert store.max_offset == max_before and tree_digest(store_dir) == before
-    assert not (store_dir.parent / "x").exists()
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "status"),
-    [
-        ({"body": b"x" * (64 * 1024 + 1)}, rmq.MessageTooLargeError, "MESSAGE_ILLEGAL"),
-        ({"properties": {"big": "v" * 33000}}, rmq.PropertiesTooLargeError, "PROPERTIES_SIZE_EXCEEDED"),
-        ({"properties": {"a\x01b": "v"}}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"properties": {"a": "v\x02"}}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"properties": {"a": ""}}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"properties": {"": "v"}}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"properties": {"TAGS": "x"}, "tags": "y"}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"properties": {"INNER_NUM": "2"}}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"tags": ""}, rmq.InvalidPropertyError, "MESSAGE_ILLEGAL"),
-        ({"queue_id": -1}, rmq.InvalidMessageError, "MESSAGE_ILLEGAL"),
-        ({"sys_flag": 0x80}, rmq.InvalidMessageError, "MESSAGE_ILLEGAL"),
-        ({"born_host": "nowhere"}, rmq.InvalidHostError, "MESSAGE_ILLEGAL"),
-    ],
-)
-def test_bad_messages_write_nothing(store_dir: Path, kwargs: dict, error: type, status: str | None) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=1024 * 1024, max_message_size=64 * 1024)
-    with rmq.MessageStore(store_dir, cfg) as store:
-        store.put("Other", b"x")
-        before, max_before = tree_digest(store_dir), store.max_offset
-        args = {"body": b"ok", **kwargs}
-        body = args.pop("body")
-        with pytest.raises(error) as info:
-            store.put("TopicTest", body, **args)
-        got = info.value.status
-        assert (got.name if got is not None else None) == status
-        assert store.max_offset == max_before and tree_digest(store_dir) == before
-        # No queue offset was consumed (RocketMQ's testPutMessage_whenMessagePropertyIsTooLong).
-        assert store.put("TopicTest", b"ok").queue_offset == 0
-
-
-def test_bad_config() -> None:
-    with pytest.raises(rmq.InvalidConfigError):
-        rmq.MessageStore("/nonexistent/never", rmq.StoreConfig(mapped_file_size_commit_log=10))
-    assert not os.path.exists("/nonexistent/never")
-
-
-def test_oversized_batch_rejected(small_store: rmq.MessageStore) -> None:
-    small_store.set_max_message_size(1000)
     with pytest.raises(rmq.MessageTooLargeError):
-        small_store.put_batch("T", [b"x" * 400] * 3)
-    assert small_store.max_offset == 0
+        small_store.put_batch("T", [b"x" * 11])
+    small_store.set_max_message_size(9)  # below 10: ignored, as RocketMQ's updateMaxMessageSize
+    assert small_store.put("T", b"x" * 10).queue_offset == 2
+    with pytest.raises(rmq.MessageTooLargeError):
+        small_store.put("T", b"x" * 11)
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    body=st.binary(max_size=2048),
-    tags=st.none()
-    | st.text(
-        alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=("Cs",)), min_size=1, max_size=20
-    ),
-    keys=st.lists(st.text(alphabet="abcXYZ019-_", min_size=1, max_size=8), max_size=4),
-    props=st.dictionaries(
-        st.text(
-            alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=("Cs",)), min_size=1, max_size=10
-        ).filter(lambda k: k not in ("TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "INNER_NUM", "INNER_BASE")),
-        st.text(
-            alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=("Cs",)), min_size=1, max_size=20
-        ),
-        max_size=5,
-    ),
-    topic=st.text(alphabet="abcXYZ09_-|%", min_size=1, max_size=127).filter(lambda t: t.strip() != "")
-    | st.text(alphabet="abc", min_size=1, max_size=248).map(lambda t: "%RETRY%" + t),
-    ipv6=st.booleans(),
-)
-def test_hypothesis_round_trip(
-    tmp_path_factory: pytest.TempPathFactory,
-    body: bytes,
-    tags: str | None,
-    keys: list[str],
-    props: dict[str, str],
-    topic: str,
-    ipv6: bool,
-) -> None:
-    if topic == "SCHEDULE_TOPIC_XXXX":
-        return
-    host = "[2001:db8::5]:7" if ipv6 else "10.1.2.3:7"
-    with rmq.MessageStore(tmp_path_factory.mktemp("h"), SMALL) as store:
-        r = store.put(topic, body, tags=tags, keys=keys or None, properties=props, born_host=host)
-        m = store.read(r.wrote_offset)
-        assert m is not None
-        assert (m.topic, m.body, m.tags, m.keys, m.born_host) == (topic, body, tags, keys, host)
-        assert {k: v for k, v in m.properties.items() if k in props} == props
-        assert m.version == (2 if len(topic) > 127 else 1)
+def test_largest_accepted_message(store_dir: Path) -> None:
+    """testPutLongMessage: body = max, 127-byte topic and 32767 bytes of properties fit; one more does not."""
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=1 << 20, max_message_size=64 * 1024, broker_cluster_name=None)
+    with rmq.MessageStore(store_dir, cfg) as store:
+        fixed = {"UNIQ_KEY": "u"}
+        base = encoded_properties_len({"WAIT": "true", **fixed, "big": ""})
+        props = {**fixed, "big": "v" * (32767 - base)}
+        r = store.put("a" * 127, b"b" * (64 * 1024), properties=props)
+        m = read(store, r.wrote_offset)
+        assert m.store_size == 91 + 64 * 1024 + 127 + 32767
+        assert len(parse_record(bytes(m.raw)).properties) == 32767
+        with pytest.raises(rmq.MessageTooLargeError):
+            store.put("a" * 127, b"b" * (64 * 1024 + 1), properties=props)
+        with pytest.raises(rmq.PropertiesTooLargeError):
+            store.put("a" * 127, b"b", properties={**props, "big": props["big"] + "v"})
 
 
-CHILD = textwrap.dedent(
-    """
-    import sys, rmq
-    store = rmq.MessageStore(sys.argv[1], rmq.StoreConfig(mapped_file_size_commit_log=8192))
-    i = 0
-    while True:
-        r = store.put("Crash", b"m%d" % i * (i % 13 + 1), queue_id=i % 3)
-        print(r.wrote_offset, r.queue_offset, i, flush=True)
-        i += 1
-    """
-)
-
-
-@pytest.mark.parametrize("kill_after", [1, 57, 300, 911])
-def test_kill_9_loses_nothing_acknowledged(store_dir: Path, kill_after: int) -> None:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(store_dir)], stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    acked = []
-    for line in child.stdout:
-        off, qoff, i = map(int, line.split())
-        acked.append((off, qoff, i))
-        if len(acked) >= kill_after:
-            break
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    child.stdout.close()
-    with rmq.MessageStore(store_dir, rmq.StoreConfig(mapped_file_size_commit_log=8192)) as store:
-        assert store.unclean_shutdown
-        for off, qoff, i in acked:
-            m = store.read(off)
-            assert m is not None and m.queue_offset == qoff and m.body == b"m%d" % i * (i % 13 + 1)
-        stored = [(m.queue_id, m.queue_offset) for m in store.scan()]
-        assert len(stored) == len(set(stored)) >= len(acked)
-        for q in range(3):
-            n = sum(1 for qq, _ in stored if qq == q)
-            assert store.put("Crash", b"after", queue_id=q).queue_offset == n
-
-
-def test_torn_tail_is_discarded_and_corrupt_middle_refuses(store_dir: Path) -> None:
+def test_open_report_and_flush(store_dir: Path) -> None:
     with rmq.MessageStore(store_dir, SMALL) as store:
-        offsets = [store.put("T", b"x" * 50).wrote_offset for _ in range(10)]
-        seg = Path(store.commitlog_files()[0])
+        assert store.open_report == {"end_offset": 0, "validated_from": 0, "discarded_bytes": 0, "stop_reason": None}
+        assert not store.unclean_shutdown and os.fspath(store.path) == str(store_dir)
+        for i in range(60):
+            store.put("T", b"%d" % i * 30)
+        store.flush()
         end = store.max_offset
-    data = bytearray(seg.read_bytes())
-    last = offsets[-1]
-    data[last + 40 : end] = b"\xab" * (end - last - 40)  # tear the last record
-    seg.write_bytes(bytes(data))
+        assert (store_dir / "abort").exists() and (store_dir / "lock").exists()
+    assert not (store_dir / "abort").exists()
     with rmq.MessageStore(store_dir, SMALL) as store:
-        assert store.open_report["discarded_bytes"] > 0 and store.max_offset == last
-        assert [m.commitlog_offset for m in store.scan()] == offsets[:-1]
-        again = store.put("T", b"y" * 50).wrote_offset
-    with rmq.MessageStore(store_dir, SMALL) as store:
-        assert store.open_report["discarded_bytes"] == 0
-        assert [m.commitlog_offset for m in store.scan()][-1] == again
-    # A flipped body byte in the middle, with valid records after it: opening refuses and changes nothing.
-    data = bytearray(seg.read_bytes())
-    data[offsets[3] + 100] ^= 0xFF
-    seg.write_bytes(bytes(data))
-    before = tree_digest(store_dir)
-    with pytest.raises(rmq.CorruptionError) as info:
-        rmq.MessageStore(store_dir, SMALL)
-    assert info.value.offset == offsets[3]
-    assert tree_digest(store_dir) == before
+        report = store.open_report
+        assert report["end_offset"] == end == store.max_offset
+        assert report["validated_from"] == end - end % SEGMENT
+        assert (report["discarded_bytes"], report["stop_reason"]) == (0, None)
+        assert not store.unclean_shutdown
 
 
-def test_copy_of_open_store_reopens_as_crash(store_dir: Path, tmp_path: Path) -> None:
+def test_path_has_the_documented_type(small_store: rmq.MessageStore, store_dir: Path) -> None:
+    """`_native.pyi` declares `MessageStore.path -> str`; callers type-checked against it may concatenate it."""
+    assert isinstance(small_store.path, str) and small_store.path == str(store_dir)
+
+
+def test_sync_flush_puts(store_dir: Path) -> None:
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, flush_disk_type="SYNC_FLUSH")
+    with rmq.MessageStore(store_dir, cfg) as store:
+        assert store.put("T", b"x").status == rmq.PutMessageStatus.PUT_OK
+        assert store.put_batch("T", [b"y"] * 20).status == rmq.PutMessageStatus.PUT_OK
+    with rmq.MessageStore(store_dir, cfg) as store:
+        assert len(list(store.scan())) == 21
+
+
+def test_copy_of_an_open_store_opens_as_an_unclean_shutdown(store_dir: Path, tmp_path: Path) -> None:
     with rmq.MessageStore(store_dir, SMALL) as store:
-        for i in range(30):
-            store.put("T", b"%d" % i)
-        shutil.copytree(store_dir, tmp_path / "copy")
-    (tmp_path / "copy" / "lock").unlink()
+        offsets = [store.put("T", b"%d" % i * 20, queue_id=i % 2).wrote_offset for i in range(100)]
+        shutil.copytree(store_dir, tmp_path / "copy")  # lock and abort file included
     with rmq.MessageStore(tmp_path / "copy", SMALL) as copy:
-        assert copy.unclean_shutdown and [m.body for m in copy.scan()] == [b"%d" % i for i in range(30)]
+        assert copy.unclean_shutdown
+        assert [m.commitlog_offset for m in copy.scan()] == offsets
+        assert [m.body for m in copy.scan()] == [b"%d" % i * 20 for i in range(100)]
+        assert copy.put("T", b"next").queue_offset == 50
+    with rmq.MessageStore(tmp_path / "copy", SMALL) as copy:
+        assert not copy.unclean_shutdown and len(list(copy.scan())) == 101
 
 
-def test_unencodable_text_is_rejected_before_writing(small_store: rmq.MessageStore) -> None:
-    # A lone surrogate cannot be UTF-8: Python's codec refuses it while arguments are converted.
-    for kwargs in ({"tags": "\ud800"}, {"properties": {"k": "\ud800"}}, {"keys": ["\udfff"]}):
-        with pytest.raises(UnicodeEncodeError):
-            small_store.put("T", b"x", **kwargs)  # type: ignore[arg-type]
-    assert small_store.max_offset == 0 and small_store.next_queue_offset("T", 0) == 0
+def test_config_from_broker_properties(store_dir: Path) -> None:
+    cfg = rmq.StoreConfig.from_properties(
+        {"mappedFileSizeCommitLog": "8192", "brokerIP1": "10.0.0.2", "listenPort": "10911", "unused": "x"}
+    )
+    assert cfg.mapped_file_size_commit_log == 8192 and cfg.store_host == "10.0.0.2:10911"
+    with rmq.MessageStore(store_dir, cfg) as store:
+        r = store.put("T", b"x")
+        assert r.msg_id == "0A00000200002A9F0000000000000000"
+        assert [Path(f).stat().st_size for f in store.commitlog_files()] == [8192]

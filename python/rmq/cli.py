@@ -21,12 +21,12 @@ DEMO_LONG_TOPIC = "%RETRY%" + "ConsumerGroup-" + "x" * (200 - len("%RETRY%Consum
 
 
 def run_demo(
-    store_dir: Path, messages: int, segment_size: int, fresh: bool, out: TextIO = sys.stdout
+    store_dir: Path, messages: int, segment_size: int, fresh: bool, out: TextIO | None = None
 ) -> dict[str, object]:
     """Writes a realistic workload into `store_dir`, reads it back, and prints a summary. Returns the summary."""
 
     def say(text: str) -> None:
-        print(text, file=out)
+        print(text, file=out if out is not None else sys.stdout)
 
     if fresh and store_dir.exists():
         shutil.rmtree(store_dir)
@@ -103,10 +103,23 @@ def run_demo(
     return summary
 
 
-def run_scan(store_dir: Path, from_offset: int, limit: int | None, out: TextIO = sys.stdout) -> int:
-    """Prints one JSON line per stored message; returns the number printed."""
+def existing_segment_size(store_dir: Path) -> int:
+    """The segment size of an existing store (the size of its first commitlog file).
+
+    Raises `FileNotFoundError` when `store_dir` holds no commitlog, so a mistyped path creates nothing.
+    """
+    files = sorted(p for p in (store_dir / "commitlog").glob("*") if p.is_file()) if store_dir.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no commitlog segments under {store_dir / 'commitlog'}")
+    return files[0].stat().st_size
+
+
+def run_scan(store_dir: Path, from_offset: int, limit: int | None, out: TextIO | None = None) -> int:
+    """Prints one JSON line per stored message of an existing store; returns the number printed."""
+    out = out if out is not None else sys.stdout
     count = 0
-    with rmq.MessageStore(store_dir) as store:
+    config = rmq.StoreConfig(mapped_file_size_commit_log=existing_segment_size(store_dir))
+    with rmq.MessageStore(store_dir, config) as store:
         for msg in store.scan(from_offset):
             if limit is not None and count >= limit:
                 break
@@ -148,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_demo(args.store, args.messages, args.segment_size, args.fresh)
         else:
             run_scan(args.store, args.from_offset, args.limit)
-    except rmq.RmqError as e:
+    except (rmq.RmqError, FileNotFoundError) as e:
         print(f"rmq: {e}", file=sys.stderr)
         return 1
     return 0

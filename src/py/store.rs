@@ -213,8 +213,13 @@ impl MessageStore {
 
     /// Iterates stored messages in commitlog order from `from_offset` (a record boundary or segment start).
     #[pyo3(signature = (from_offset=0))]
-    fn scan(&self, from_offset: u64) -> PyResult<Scanner> {
+    fn scan(&self, py: Python<'_>, from_offset: u64) -> PyResult<Scanner> {
         self.inner.check_open().map_err(to_py)?;
+        let inner = &self.inner;
+        if !from_offset.is_multiple_of(inner.commitlog().file_size()) {
+            // A start inside a record is a bad argument, not corruption: `read` says which.
+            py.detach(|| inner.read(from_offset)).map_err(to_py)?;
+        }
         Ok(Scanner { store: self.inner.clone(), next: from_offset, buffer: VecDeque::new(), done: false })
     }
 
@@ -238,8 +243,8 @@ impl MessageStore {
 
     /// The store directory.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.inner.root().to_owned()
+    fn path(&self) -> String {
+        self.inner.root().display().to_string()
     }
 
     /// Commitlog offset of the first stored byte.

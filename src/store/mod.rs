@@ -125,8 +125,9 @@ enum State {
 impl MessageStore {
     /// Opens (creating if needed) the store at `root`: takes the lock, finds the end of the commitlog,
     /// rebuilds the queue-offset table, and marks the store as running (abort file).
-    pub fn open(root: &Path, config: StoreConfig) -> Result<Self> {
+    pub fn open(root: &Path, mut config: StoreConfig) -> Result<Self> {
         config.validate()?;
+        config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
         std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         let lock = LockFile::acquire(root)?;
         let unclean_shutdown = AbortFile::exists(root);
@@ -228,8 +229,10 @@ impl MessageStore {
         // the map is serialized again.
         let mut client = client_property_order(msg.tags, msg.keys, Some(wait), msg.properties, uniq.as_deref());
         if let Some(cluster) = config.broker.broker_cluster_name.as_deref() {
-            if !client.iter().any(|(n, _)| *n == keys::CLUSTER) {
-                client.push((keys::CLUSTER, cluster));
+            // The broker always sets its own cluster name (`SendMessageProcessor`), keeping the entry's position.
+            match client.iter_mut().find(|(n, _)| *n == keys::CLUSTER) {
+                Some(slot) => slot.1 = cluster,
+                None => client.push((keys::CLUSTER, cluster)),
             }
         }
         properties::sort_hashmap_order(&mut client, BROKER_MAP_CAPACITY);
