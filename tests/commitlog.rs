@@ -160,6 +160,7 @@ fn records_span_segments_and_read_back_by_offset_and_scan() {
     // Every record sits inside one segment and ends at least 8 bytes before its end; whenever a record opens a
     // new segment, the previous one is closed by a blank holding the exact remaining length.
     let files = snapshot(dir.path());
+    let mut blanks = Vec::new();
     let mut prev_end = 0u64;
     for e in &expected {
         let len = store.read(e.offset).unwrap().unwrap().header.total_size as u64;
@@ -173,6 +174,7 @@ fn records_span_segments_and_read_back_by_offset_and_scan() {
             assert_eq!(&seg[pos + 4..pos + 8], &BLANK_MAGIC.to_be_bytes());
             // The blank is not a record: reads give nothing, scans step over it.
             assert!(store.read(prev_end).unwrap().is_none());
+            blanks.push(prev_end);
         }
         prev_end = e.offset + len;
     }
@@ -191,8 +193,11 @@ fn records_span_segments_and_read_back_by_offset_and_scan() {
     assert!(store.next_record(end).unwrap().is_none());
     assert!(matches!(store.read(expected[1].offset + 1), Err(Error::InvalidOffset { .. })));
     // Scanning from a segment start or from a blank works.
-    let from_seg = scan_from(&store, SEG);
-    assert_eq!(from_seg.first().map(|e| e.offset), Some(SEG));
+    assert_eq!(blanks.len() as u64, count - 1);
+    assert_eq!(scan_from(&store, SEG).first().map(|e| e.offset), Some(SEG));
+    let from_blank = scan_from(&store, blanks[1]);
+    assert_eq!(from_blank.first().map(|e| e.offset), Some(blanks[1] - blanks[1] % SEG + SEG));
+    assert_eq!(from_blank.len(), expected.iter().filter(|e| e.offset > blanks[1]).count());
 }
 
 fn scan_from(store: &MessageStore, mut at: u64) -> Vec<Expected> {
@@ -289,21 +294,28 @@ fn torn_last_record_is_discarded_on_reopen() {
 }
 
 #[test]
-fn record_header_longer_than_the_data_is_discarded() {
-    // Spec §16.9 scenario 2: only the first bytes of a record (TOTALSIZE claiming more than is there) made it.
-    let dir = tempfile::tempdir().unwrap();
-    let (expected, last, len) = closed_store_with_records(dir.path(), 5);
-    let end = last + len;
-    let path = segment_path(dir.path(), 0);
-    let mut head = std::fs::read(&path).unwrap()[last as usize..last as usize + 40].to_vec();
-    head[28..36].copy_from_slice(&(end as i64).to_be_bytes());
-    patch_file(&path, end as usize, &head);
-    let written = head.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
+fn half_written_header_is_discarded() {
+    // Spec §16.9 scenario 2: only the first 40 bytes of a record reached the file, with a TOTALSIZE that is
+    // either plausible or larger than what remains of the segment.
+    for claim_past_segment_end in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (expected, last, len) = closed_store_with_records(dir.path(), 5);
+        let end = last + len;
+        assert!(end + len < SEG);
+        let path = segment_path(dir.path(), 0);
+        let mut head = std::fs::read(&path).unwrap()[last as usize..last as usize + 40].to_vec();
+        if claim_past_segment_end {
+            head[0..4].copy_from_slice(&((SEG - end) as i32 + 100).to_be_bytes());
+        }
+        head[28..36].copy_from_slice(&(end as i64).to_be_bytes());
+        patch_file(&path, end as usize, &head);
+        let written = head.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
 
-    let store = open(dir.path());
-    assert_eq!(store.open_report().end_offset, end);
-    assert_eq!(store.open_report().discarded_bytes, written);
-    check_read_back(&store, &expected);
+        let store = open(dir.path());
+        assert_eq!(store.open_report().end_offset, end);
+        assert_eq!(store.open_report().discarded_bytes, written);
+        check_read_back(&store, &expected);
+    }
 }
 
 #[test]
@@ -354,7 +366,7 @@ fn flipped_body_byte_in_last_record_truncates_only_when_crc_is_checked() {
 fn corrupt_in_last_segment(nth: usize, damage: impl Fn(&mut [u8])) {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    // Start a fresh segment so the damaged record and its successors are all in the segment validated on open.
+    // Several segments; the damaged record and its successors sit in the last one, which open validates.
     let expected = fill(&store, 5, 40);
     let seg_start = store.commitlog().max_offset() - store.commitlog().max_offset() % SEG;
     let in_last: Vec<&Expected> = expected.iter().filter(|e| e.offset >= seg_start).collect();
@@ -378,7 +390,7 @@ fn corrupt_in_last_segment(nth: usize, damage: impl Fn(&mut [u8])) {
     }
     assert_eq!(snapshot(dir.path()), before, "a refused open must not change any commitlog byte");
     assert!(!dir.path().join("abort").exists());
-    // The lock is released: fixing nothing, a second attempt fails the same way rather than with Locked.
+    // The failed open released the lock: a second attempt fails the same way, not with Locked.
     assert!(matches!(MessageStore::open(dir.path(), config(SEG)), Err(Error::Corruption { .. })));
 }
 
@@ -431,8 +443,10 @@ fn pre_created_zero_segments_are_used_not_mistaken_for_data() {
     check_read_back(&store, &expected);
     // Appends fill segment 1 and then roll into the existing zero file.
     expected.extend(fill(&store, 12, 12));
-    assert!(store.commitlog().max_offset() > 2 * SEG);
-    assert!(segment_names(dir.path()).len() >= 3);
+    let end = store.commitlog().max_offset();
+    assert!(end > 2 * SEG);
+    let count = end.div_ceil(SEG);
+    assert_eq!(segment_names(dir.path()), (0..count).map(|k| file_name(k * SEG)).collect::<Vec<_>>());
     check_read_back(&store, &expected);
     drop(store);
     let store = open(dir.path());
@@ -583,21 +597,27 @@ fn rejected_puts_change_nothing() {
     assert_eq!(store.put(&PutMessage::new("U", 0, b"x")).unwrap().queue_offset, 0);
 }
 
+/// Copies the commitlog segments and the marker files of a store (open or not) to a fresh directory, as a
+/// crash would leave them: the page cache holds every acknowledged write, nothing was flushed or closed.
+fn crash_image(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().unwrap();
+    std::fs::create_dir(commitlog_dir(to.path())).unwrap();
+    for name in segment_names(from) {
+        std::fs::copy(commitlog_dir(from).join(&name), commitlog_dir(to.path()).join(&name)).unwrap();
+    }
+    for marker in ["abort", "lock"] {
+        std::fs::copy(from.join(marker), to.path().join(marker)).unwrap();
+    }
+    to
+}
+
 #[test]
 fn crash_image_copied_while_open_reopens_with_every_record() {
     // `kill -9` without a child process: copy the files of a store that is still open (no flush, no close).
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let expected = fill(&store, 17, 40);
-    let crash = tempfile::tempdir().unwrap();
-    std::fs::create_dir(commitlog_dir(crash.path())).unwrap();
-    for name in segment_names(dir.path()) {
-        std::fs::copy(segment_path(dir.path(), 0).with_file_name(&name), commitlog_dir(crash.path()).join(&name))
-            .unwrap();
-    }
-    for marker in ["abort", "lock"] {
-        std::fs::copy(dir.path().join(marker), crash.path().join(marker)).unwrap();
-    }
+    let crash = crash_image(dir.path());
     let queues: Vec<i64> = (0..3).map(|q| store.next_queue_offset("TopicB", q)).collect();
     let end = store.commitlog().max_offset();
     drop(store);
@@ -794,14 +814,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Copies a live store's files to a fresh directory (a crash image) and opens the copy.
+/// Takes a crash image of a live store, drops the original, and opens the copy.
 fn crash_copy(store: MessageStore, from: &Path) -> (tempfile::TempDir, MessageStore) {
-    let to = tempfile::tempdir().unwrap();
-    std::fs::create_dir(commitlog_dir(to.path())).unwrap();
-    for name in segment_names(from) {
-        std::fs::copy(commitlog_dir(from).join(&name), commitlog_dir(to.path()).join(&name)).unwrap();
-    }
-    std::fs::copy(from.join("abort"), to.path().join("abort")).unwrap();
+    let to = crash_image(from);
     drop(store);
     let copy = open(to.path());
     assert!(copy.unclean_shutdown());
