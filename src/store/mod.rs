@@ -6,7 +6,8 @@ pub mod validate;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
 
 use crate::checkpoint::{AbortFile, LockFile};
 use crate::commitlog::{now_ms, Appended, CommitLog, OpenReport, Record};
@@ -105,7 +106,10 @@ type QueueTable = HashMap<String, HashMap<i32, i64>>;
 #[derive(Debug)]
 pub struct MessageStore {
     root: PathBuf,
-    config: RwLock<StoreConfig>,
+    /// Fixed at open, except `maxMessageSize`, which lives in `max_message_size`.
+    config: StoreConfig,
+    /// `maxMessageSize`, re-read on every put as RocketMQ does.
+    max_message_size: AtomicI32,
     commitlog: CommitLog,
     /// Next queue offset per (topic, queue id): `topicQueueTable`. Taken before the put lock.
     queue_table: Mutex<QueueTable>,
@@ -137,7 +141,8 @@ impl MessageStore {
         let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
         Ok(MessageStore {
             root: root.to_owned(),
-            config: RwLock::new(config),
+            max_message_size: AtomicI32::new(config.commit_log.max_message_size),
+            config,
             commitlog,
             queue_table: Mutex::new(queue_table),
             uniq,
@@ -154,13 +159,15 @@ impl MessageStore {
 
     /// A copy of the configuration in force.
     pub fn config(&self) -> StoreConfig {
-        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut config = self.config.clone();
+        config.commit_log.max_message_size = self.max_message_size.load(Ordering::Relaxed);
+        config
     }
 
     /// Changes `maxMessageSize` for later puts (RocketMQ re-reads it on every put; values below 10 are ignored).
     pub fn set_max_message_size(&self, size: i32) {
         if size >= 10 {
-            self.config.write().unwrap_or_else(|p| p.into_inner()).commit_log.max_message_size = size;
+            self.max_message_size.store(size, Ordering::Relaxed);
         }
     }
 
@@ -221,7 +228,7 @@ impl MessageStore {
             msg.prepared_transaction_offset,
         )?;
         validate::check_properties(msg.tags, msg.keys, msg.properties)?;
-        let config = self.config();
+        let config = &self.config;
         let now = now_ms();
         let uniq = self.uniq_key(msg.properties, now);
         let wait = if msg.wait_store_msg_ok { "true" } else { "false" };
@@ -256,9 +263,9 @@ impl MessageStore {
             physical_offset: 0,
         };
         let mut buf = Vec::with_capacity(128 + msg.body.len() + props.len());
-        let rec = encode_record(&input, &encode_options(&config, true), &mut buf)?;
+        let rec = encode_record(&input, &self.encode_options(true), &mut buf)?;
         let uniq_keys = vec![uniq.unwrap_or_default()];
-        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys, &config)
+        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys)
     }
 
     /// Stores a batch (RocketMQ's traditional batch): one record per item, consecutive queue offsets, one
@@ -281,11 +288,11 @@ impl MessageStore {
         if items.is_empty() {
             return Err(Error::IllegalMessage("a batch needs at least one message".into()));
         }
-        let config = self.config();
-        let max_body = usize::try_from(config.commit_log.max_message_size).unwrap_or(0);
+        let config = &self.config;
+        let opts = self.encode_options(false);
+        let max_body = usize::try_from(opts.max_message_size).unwrap_or(0);
         let now = now_ms();
         let wait = if wait_store_msg_ok { "true" } else { "false" };
-        let opts = encode_options(&config, false);
         let mut buf = Vec::with_capacity(items.iter().map(|i| 160 + i.body.len()).sum());
         let mut records = Vec::with_capacity(items.len());
         let mut uniq_keys = Vec::with_capacity(items.len());
@@ -327,7 +334,7 @@ impl MessageStore {
             records.push(encode_record(&input, &opts, &mut buf)?);
             uniq_keys.push(uniq.unwrap_or_default());
         }
-        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, &config)
+        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -339,8 +346,8 @@ impl MessageStore {
         buf: &mut [u8],
         records: &[EncodedRecord],
         uniq_keys: Vec<String>,
-        config: &StoreConfig,
     ) -> Result<PutResult> {
+        let config = &self.config;
         let takes_offset = transaction.takes_queue_offset();
         let (appended, base) = {
             let mut table = self.queue_table.lock().unwrap_or_else(|p| p.into_inner());
@@ -425,12 +432,15 @@ impl Drop for MessageStore {
     }
 }
 
-fn encode_options(config: &StoreConfig, single: bool) -> EncodeOptions {
-    EncodeOptions {
-        max_message_size: config.commit_log.max_message_size,
-        auto_version: config.commit_log.auto_message_version_on_topic_len,
-        prop_crc: config.commit_log.enabled_append_prop_crc,
-        fix_separator: single,
+impl MessageStore {
+    fn encode_options(&self, single: bool) -> EncodeOptions {
+        let config = &self.config;
+        EncodeOptions {
+            max_message_size: self.max_message_size.load(Ordering::Relaxed),
+            auto_version: config.commit_log.auto_message_version_on_topic_len,
+            prop_crc: config.commit_log.enabled_append_prop_crc,
+            fix_separator: single,
+        }
     }
 }
 
