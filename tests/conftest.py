@@ -156,3 +156,15 @@ def segment_bytes(store: rmq.MessageStore, offset: int) -> bytes:
     size = store.config.mapped_file_size_commit_log
     start = offset - offset % size
     return (Path(store.path) / "commitlog" / f"{start:020d}").read_bytes()
+
+
+#: Topics RocketMQ's producers may not send to (`TopicValidator.isNotAllowedSendTopic`), spelled out here
+#: independently of the implementation.
+NOT_ALLOWED_SEND_TOPICS = (
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import rmq
-from conftest import SEGMENT, snapshot
+from conftest import NOT_ALLOWED_SEND_TOPICS, SEGMENT, snapshot
 
 GOOD = "TopicTest"
 MAX_BODY = 8192  # above the segment size, so "too large for a segment" and "body over the limit" both occur
@@ -93,12 +93,7 @@ BAD_TOPICS = [
     "a" * 1280,
     "%RETRY%" + "a" * 249,  # 256
     "%DLQ%" + "a" * 251,  # 256
-    "SCHEDULE_TOPIC_XXXX",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
+    *NOT_ALLOWED_SEND_TOPICS,
 ]
 
 

@@ -17,17 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import rmq
-from conftest import SMALL, encoded_properties_len, parse_properties, parse_record
+from conftest import NOT_ALLOWED_SEND_TOPICS, SMALL, encoded_properties_len, parse_properties, parse_record
 
 RESERVED = {"TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "INNER_NUM", "INNER_BASE", "DELAY", "__CRC32#"}
-NOT_ALLOWED_SEND = {
-    "SCHEDULE_TOPIC_XXXX",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
-}
+NOT_ALLOWED_SEND = set(NOT_ALLOWED_SEND_TOPICS)
 TOPIC_CHARS = string.ascii_letters + string.digits + "%|_-"
 
 text = st.text(alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=("Cs",)), min_size=1)
