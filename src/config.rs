@@ -67,13 +67,48 @@ impl Default for BrokerConfig {
     }
 }
 
+/// Consume-queue settings.
+#[derive(Debug, Clone)]
+pub struct ConsumeQueueConfig {
+    /// `mappedFileSizeConsumeQueue`: bytes per consume-queue file, rounded up to a multiple of 20.
+    /// Default 6 000 000 (300 000 entries).
+    pub mapped_file_size_consume_queue: u64,
+}
+
+impl Default for ConsumeQueueConfig {
+    fn default() -> Self {
+        ConsumeQueueConfig { mapped_file_size_consume_queue: crate::consume_queue::DEFAULT_FILE_SIZE }
+    }
+}
+
 /// The whole configuration of a store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// Commitlog settings.
     pub commit_log: CommitLogConfig,
     /// Broker identity.
     pub broker: BrokerConfig,
+    /// Consume-queue settings.
+    pub consume_queue: ConsumeQueueConfig,
+    /// Index file sizes (`maxHashSlotNum`, `maxIndexNum`) and the query cap (`maxMsgsNumBatch`).
+    pub index: crate::index::IndexConfig,
+    /// `messageIndexEnable`: build the key index. Default true.
+    pub message_index_enable: bool,
+    /// `messageDelayLevel`: delay levels of `SCHEDULE_TOPIC_XXXX` (their tagsCode is the delivery time).
+    pub message_delay_level: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            commit_log: CommitLogConfig::default(),
+            broker: BrokerConfig::default(),
+            consume_queue: ConsumeQueueConfig::default(),
+            index: crate::index::IndexConfig::default(),
+            message_index_enable: true,
+            message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
+        }
+    }
 }
 
 /// Smallest segment accepted: large enough for a minimal record plus the end-of-file blank.
@@ -96,6 +131,14 @@ impl StoreConfig {
                 c.max_message_size
             )));
         }
+        let cq = self.consume_queue.mapped_file_size_consume_queue;
+        if !(20..=i32::MAX as u64).contains(&cq) {
+            return Err(Error::InvalidConfig(format!(
+                "mapped_file_size_consume_queue must be between 20 and {} bytes, got {cq}",
+                i32::MAX
+            )));
+        }
+        self.index.validate()?;
         if let Some(name) = &self.broker.broker_cluster_name {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }

@@ -130,6 +130,29 @@ impl FileQueue {
         self.find(file.end())
     }
 
+    /// Removes every segment starting after `offset` from the queue; each file is deleted from disk once the
+    /// last view of it is dropped. Returns how many were removed.
+    pub fn remove_after(&self, offset: u64) -> usize {
+        let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let keep = files.iter().take_while(|f| f.start() <= offset).count();
+        let removed: Vec<_> = files.drain(keep..).collect();
+        for f in &removed {
+            f.delete_on_drop();
+        }
+        removed.len()
+    }
+
+    /// Removes the first segment (expired-file cleanup); deleted from disk once unused.
+    pub fn remove_first(&self) -> Option<Arc<MappedFile>> {
+        let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if files.is_empty() {
+            return None;
+        }
+        let f = files.remove(0);
+        f.delete_on_drop();
+        Some(f)
+    }
+
     /// Creates and maps the segment starting at `start`, which must follow the last one.
     pub fn create(&self, start: u64) -> Result<Arc<MappedFile>> {
         let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -7,8 +7,10 @@
 pub mod checkpoint;
 pub mod commitlog;
 pub mod config;
+pub mod consume_queue;
 pub mod error;
 pub mod file_queue;
+pub mod index;
 pub mod java;
 pub mod message;
 pub mod mmap;

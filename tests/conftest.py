@@ -18,7 +18,22 @@ import pytest
 import rmq
 
 SEGMENT = 4096
-SMALL = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT)
+#: Consume-queue and index sizes small enough that tests cross file boundaries and hash files quickly
+#: (the defaults make a 420 MB index file).
+SMALL_DERIVED: dict[str, int] = {
+    "mapped_file_size_consume_queue": 6000,
+    "max_hash_slot_num": 512,
+    "max_index_num": 2048,
+}
+
+
+def small_config(**overrides: object) -> rmq.StoreConfig:
+    """A config with SEGMENT-byte commitlog segments and small consume-queue and index files."""
+    kwargs: dict[str, object] = {"mapped_file_size_commit_log": SEGMENT, **SMALL_DERIVED, **overrides}
+    return rmq.StoreConfig(**kwargs)  # type: ignore[arg-type]
+
+
+SMALL = small_config()
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB

@@ -19,10 +19,17 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     assert first["messages_scanned"] == first["messages_written"] == first["body_crc_ok"]
     segments = first["segments"]
     assert first["long_topic_record_version"] == 2 and isinstance(segments, int) and segments > 1
+    # Dispatch caught up: each consume queue holds every message of its queue; key and time lookups agree.
+    assert first["dispatched"] and first["key_lookups_ok"] and first["time_lookups_ok"]
+    cq_max = first["consume_queue_max_offsets"]
+    assert isinstance(cq_max, dict) and sum(cq_max.values()) == first["messages_written"]
+    assert first["index_files"] == 1
     out = io.StringIO()
     second = cli.run_demo(store, messages=10, segment_size=64 * 1024, fresh=False, out=out)
     assert second["messages_before"] == first["messages_scanned"]
     assert second["messages_scanned"] == first["messages_scanned"] + 10 + 32 + 1
+    cq_max = second["consume_queue_max_offsets"]
+    assert isinstance(cq_max, dict) and sum(cq_max.values()) == second["messages_scanned"]
     assert "v2 record" in out.getvalue()
 
 

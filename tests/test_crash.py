@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import rmq
-from conftest import SEGMENT, SMALL, snapshot
+from conftest import SEGMENT, SMALL, SMALL_DERIVED, small_config, snapshot
 
 
 def body(i: int) -> bytes:
@@ -29,12 +29,15 @@ def body(i: int) -> bytes:
 
 
 # The writer: one line per acknowledged put, `offset queue_offset i queue_id` per message (a batch: 3 messages).
-CHILD = inspect.getsource(body) + textwrap.dedent(
-    """
+CHILD = (
+    inspect.getsource(body)
+    + f"SMALL_DERIVED = {SMALL_DERIVED!r}\n"
+    + textwrap.dedent(
+        """
     import sys
     import rmq
 
-    store = rmq.MessageStore(sys.argv[1], rmq.StoreConfig(mapped_file_size_commit_log=4096))
+    store = rmq.MessageStore(sys.argv[1], rmq.StoreConfig(mapped_file_size_commit_log=4096, **SMALL_DERIVED))
     i = int(sys.argv[2])
     print("ready", flush=True)
     while True:
@@ -45,10 +48,11 @@ CHILD = inspect.getsource(body) + textwrap.dedent(
             print(" ".join(acks), flush=True)
             i += 3
         else:
-            r = store.put("Crash", body(i), queue_id=q)
+            r = store.put("Crash", body(i), queue_id=q, keys=["k%d" % i, "g%d" % (i // 4)])
             print(r.wrote_offset, r.queue_offset, i, q, flush=True)
             i += 1
     """
+    )
 )
 Ack = tuple[int, int, int, int]  # offset, queue offset, i, queue id
 
@@ -102,6 +106,17 @@ def check_log(store: rmq.MessageStore, acked: list[Ack]) -> int:
     for q, offsets in per_queue.items():
         assert offsets == list(range(len(offsets)))
         assert store.next_queue_offset("Crash", q) == len(offsets)
+        # Opening dispatched whatever the crash left undone: each queue lists exactly its messages.
+        assert store.get_max_offset_in_queue("Crash", q) == len(offsets)
+        entries = [(e.queue_offset, e.commitlog_offset, e.size) for e in store.iter_queue("Crash", q)]
+        assert entries == [(m.queue_offset, m.commitlog_offset, m.store_size) for m in msgs if m.queue_id == q]
+    # Every key finds its message once (single puts carry k<i> and a group key g<i//4>; all carry UNIQ_KEY).
+    for m in msgs[-40:]:
+        found = store.query_message("Crash", m.uniq_key, 64).messages
+        assert [f.commitlog_offset for f in found] == [m.commitlog_offset]
+        if m.keys:
+            found = store.query_message("Crash", m.keys[0], 64).messages
+            assert [f.commitlog_offset for f in found] == [m.commitlog_offset]
     return len(msgs)
 
 
@@ -196,7 +211,7 @@ def test_torn_tail_cut_at_every_byte_before_the_body_ends(store_dir: Path) -> No
 
 
 def test_torn_tail_cut_at_every_byte_with_whole_record_crc(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, enabled_append_prop_crc=True, force_verify_prop_crc=True)
+    cfg = small_config(enabled_append_prop_crc=True, force_verify_prop_crc=True)
     offsets, end = write_messages(store_dir, 10, cfg)
     last, seg = offsets[-1], segment_of(store_dir, offsets[-1])
     original = seg.read_bytes()
@@ -255,7 +270,7 @@ def test_body_crc_not_checked_when_check_crc_on_recover_is_off(store_dir: Path) 
     data = bytearray(seg.read_bytes())
     data[bad % SEGMENT + 100] ^= 0xFF
     seg.write_bytes(bytes(data))
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, check_crc_on_recover=False)
+    cfg = small_config(check_crc_on_recover=False)
     with rmq.MessageStore(store_dir, cfg) as store:
         assert [m.commitlog_offset for m in store.scan()] == offsets
         m = store.read(bad)
@@ -269,7 +284,7 @@ def test_force_verify_prop_crc_never_destroys_records_written_without_it(store_d
     with force_verify_prop_crc=True may refuse, but must not zero the records as if they were a torn tail."""
     offsets, _ = write_messages(store_dir, count)
     before = snapshot(store_dir / "commitlog")
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, force_verify_prop_crc=True)
+    cfg = small_config(force_verify_prop_crc=True)
     try:
         with rmq.MessageStore(store_dir, cfg):
             pass

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import rmq
-from conftest import NOT_ALLOWED_SEND_TOPICS, SEGMENT, snapshot
+from conftest import NOT_ALLOWED_SEND_TOPICS, SEGMENT, small_config, snapshot
 
 GOOD = "TopicTest"
 MAX_BODY = 8192  # above the segment size, so "too large for a segment" and "body over the limit" both occur
-CONFIG = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, max_message_size=MAX_BODY)
+CONFIG = small_config(max_message_size=MAX_BODY)
 
 ILLEGAL = "MESSAGE_ILLEGAL"
 PROPS_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
@@ -36,10 +36,12 @@ class Env:
         self.store.put(GOOD, b"first", queue_id=0)
         self.store.put("Other", b"x" * 3900)  # the next record no longer fits: a blank and a roll would follow
         self.store.put(GOOD, b"second", queue_id=1)
+        assert self.store.wait_dispatched()
 
     def check_rejected(
         self, call: Callable[[], object], error: type[BaseException], status: str | None, topic: str = GOOD
     ) -> BaseException:
+        assert self.store.wait_dispatched()
         before, max_before = snapshot(self.root), self.store.max_offset
         queues = {q: self.store.next_queue_offset(topic, q) for q in (0, 1, 2)}
         with pytest.raises(error) as info:
@@ -225,7 +227,7 @@ def test_too_long_property_then_a_normal_put_takes_queue_offset_0(tmp_path: Path
 
 
 def test_v1_only_store_rejects_a_long_retry_topic(tmp_path: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, auto_message_version_on_topic_len=False)
+    cfg = small_config(auto_message_version_on_topic_len=False)
     with rmq.MessageStore(tmp_path / "s", cfg) as store:
         before = snapshot(tmp_path)
         with pytest.raises(rmq.InvalidMessageError):
@@ -297,9 +299,10 @@ def test_bad_put_batch(
 
 
 def test_batch_member_properties_too_large(tmp_path: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, max_message_size=1 << 20)
+    cfg = small_config(max_message_size=1 << 20)
     with rmq.MessageStore(tmp_path / "s", cfg) as store:
         store.put_batch(GOOD, [b"a", b"b"])
+        assert store.wait_dispatched()
         before = snapshot(tmp_path)
         with pytest.raises(rmq.PropertiesTooLargeError) as info:
             store.put_batch(GOOD, [b"ok", rmq.Message(b"x", properties={"big": "v" * 32768})])

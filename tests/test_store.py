@@ -29,6 +29,7 @@ from conftest import (
     parse_properties,
     parse_record,
     segment_bytes,
+    small_config,
 )
 
 TX = rmq.TransactionType
@@ -177,7 +178,7 @@ def test_record_size_is_91_plus_body_topic_properties(small_store: rmq.MessageSt
 
 
 def test_record_size_with_ipv6_hosts_and_v2(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, store_host="[::1]:10911")
+    cfg = small_config(store_host="[::1]:10911")
     with rmq.MessageStore(store_dir, cfg) as store:
         for born, extra in (("1.2.3.4:5", 12), ("[::2]:5", 24)):
             m = read(store, store.put("T", b"abc", born_host=born).wrote_offset)
@@ -205,7 +206,7 @@ def test_record_version_follows_topic_length(small_store: rmq.MessageStore) -> N
 
 
 def test_v1_only_config_rejects_long_topics(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, auto_message_version_on_topic_len=False)
+    cfg = small_config(auto_message_version_on_topic_len=False)
     with rmq.MessageStore(store_dir, cfg) as store:
         assert read(store, store.put("%RETRY%" + "x" * 120, b"x").wrote_offset).version == 1
         with pytest.raises(rmq.InvalidMessageError):
@@ -220,7 +221,7 @@ def test_msg_id_is_store_host_and_offset(small_store: rmq.MessageStore) -> None:
 
 
 def test_msg_id_with_ipv6_store_host_has_56_hex_chars(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, store_host="[::1]:10911")
+    cfg = small_config(store_host="[::1]:10911")
     with rmq.MessageStore(store_dir, cfg) as store:
         store.put("T", b"first")
         r = store.put("T", b"second")
@@ -233,7 +234,7 @@ def test_msg_id_with_ipv6_store_host_has_56_hex_chars(store_dir: Path) -> None:
 def test_ipv4_mapped_store_host_is_ipv4_everywhere(store_dir: Path) -> None:
     """Java treats ::ffff:a.b.c.d as an Inet4Address: the record, the offsetMsgId returned by the put and the
     one read back must all be the 4-byte IPv4 form (spec 1.5, 5.1)."""
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, store_host="[::ffff:127.0.0.1]:10911")
+    cfg = small_config(store_host="[::ffff:127.0.0.1]:10911")
     with rmq.MessageStore(store_dir, cfg) as store:
         r = store.put("T", b"x")
         m = read(store, r.wrote_offset)
@@ -263,10 +264,10 @@ def test_uniq_key_is_generated_unless_given(small_store: rmq.MessageStore) -> No
 def test_cluster_property_present_by_default_and_absent_when_unset(tmp_path: Path) -> None:
     with rmq.MessageStore(tmp_path / "a", SMALL) as store:
         assert read(store, store.put("T", b"x").wrote_offset).properties["CLUSTER"] == "DefaultCluster"
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, broker_cluster_name="Prod-1")
+    cfg = small_config(broker_cluster_name="Prod-1")
     with rmq.MessageStore(tmp_path / "b", cfg) as store:
         assert read(store, store.put("T", b"x").wrote_offset).properties["CLUSTER"] == "Prod-1"
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, broker_cluster_name=None)
+    cfg = small_config(broker_cluster_name=None)
     with rmq.MessageStore(tmp_path / "c", cfg) as store:
         m = read(store, store.put("T", b"x").wrote_offset)
         assert "CLUSTER" not in m.properties
@@ -281,7 +282,7 @@ def test_broker_cluster_name_overrides_a_producer_cluster_property(small_store: 
 
 
 def test_property_crc(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, enabled_append_prop_crc=True)
+    cfg = small_config(enabled_append_prop_crc=True)
     with rmq.MessageStore(store_dir, cfg) as store:
         single = store.put("T", b"body", properties={"__CRC32#": "stale", "a": "b"})
         batch = store.put_batch("T", [b"one", rmq.Message(b"two", properties={"x": "y"})])
@@ -294,7 +295,7 @@ def test_property_crc(store_dir: Path) -> None:
             assert raw[-20:] == b"__CRC32#\x01" + value.encode() + b"\x02"
             assert int(value[::-1]) == zlib.crc32(raw[:-20]) & 0x7FFFFFFF
             assert raw.count(b"__CRC32#") == 1
-    with rmq.MessageStore(store_dir, rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, force_verify_prop_crc=True)):
+    with rmq.MessageStore(store_dir, small_config(force_verify_prop_crc=True)):
         pass
     with rmq.MessageStore(store_dir, cfg) as store:
         assert len(list(store.scan())) == 3
@@ -453,7 +454,7 @@ def test_batch_that_does_not_fit_moves_whole_to_the_next_segment(small_store: rm
 
 def test_record_that_leaves_exactly_eight_bytes_fits(store_dir: Path) -> None:
     """Spec 1.8 / 16.3: a record of length L fits if L + 8 <= what remains; the last 8 bytes become a blank."""
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, broker_cluster_name=None)
+    cfg = small_config(broker_cluster_name=None)
     fixed = {"UNIQ_KEY": "u"}
     with rmq.MessageStore(store_dir, cfg) as store:
         base = store.put("T", b"", properties=fixed).wrote_bytes  # record size with an empty body
@@ -671,7 +672,7 @@ def test_path_has_the_documented_type(small_store: rmq.MessageStore, store_dir: 
 
 
 def test_sync_flush_puts(store_dir: Path) -> None:
-    cfg = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT, flush_disk_type="SYNC_FLUSH")
+    cfg = small_config(flush_disk_type="SYNC_FLUSH")
     with rmq.MessageStore(store_dir, cfg) as store:
         assert store.put("T", b"x").status == rmq.PutMessageStatus.PUT_OK
         assert store.put_batch("T", [b"y"] * 20).status == rmq.PutMessageStatus.PUT_OK

@@ -5,6 +5,7 @@ The files are byte-compatible with RocketMQ's own store.
 """
 
 from rmq._native import (
+    BoundaryType,
     CorruptionError,
     InvalidConfigError,
     InvalidHostError,
@@ -30,9 +31,12 @@ from rmq._native import (
     TransactionType,
     __version__,
 )
-from rmq.store import MessageStore, StoreConfig
+from rmq.reput import ReputMessageService
+from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, StoreConfig
 
 __all__ = [
+    "BoundaryType",
+    "ConsumeQueueEntry",
     "CorruptionError",
     "InvalidConfigError",
     "InvalidHostError",
@@ -48,7 +52,9 @@ __all__ = [
     "PropertiesTooLargeError",
     "PutMessageStatus",
     "PutResult",
+    "QueryMessageResult",
     "RecordView",
+    "ReputMessageService",
     "RmqError",
     "Scanner",
     "StoreClosedError",

@@ -37,6 +37,7 @@ def run_demo(
         existing = sum(1 for _ in store.scan())
         say(f"store {store_dir} opened: {existing} messages already stored, commitlog ends at {store.max_offset}")
         put_offsets: list[int] = []
+        samples: list[tuple[str, str, int, int]] = []  # (topic, order key, commitlog offset, store time)
         for i in range(messages):
             topic = DEMO_TOPICS[i % len(DEMO_TOPICS)]
             order = f"order-{rng.randrange(10**6):06d}"
@@ -51,12 +52,31 @@ def run_demo(
                 born_host="[2001:db8::17]:40123" if ipv6 else f"192.168.1.{i % 250 + 1}:5{i % 1000:03d}",
             )
             put_offsets.append(result.wrote_offset)
+            if i % max(1, messages // 3) == 0:
+                samples.append((topic, order, result.wrote_offset, result.store_timestamp))
         batch = store.put_batch(
             "InventoryReserved",
             [rmq.Message(f"sku-{n}".encode(), tags="batch", keys=f"sku-{n}") for n in range(32)],
             queue_id=1,
         )
         retry = store.put(DEMO_LONG_TOPIC, b"redelivered", tags="retry", reconsume_times=1)
+        dispatched = store.wait_dispatched(60)
+
+        # Look messages up by key (the index) and by time (binary search in a consume queue).
+        by_key = []
+        for topic, order, offset, _ in samples:
+            hits = store.query_message(topic, order, 32).messages
+            by_key.append((topic, order, [m.commitlog_offset for m in hits], offset))
+        by_time = []
+        for topic, _, offset, stamp in samples:
+            msg = store.read(offset)
+            assert msg is not None
+            q = msg.queue_id
+            lower = store.get_offset_in_queue_by_time(topic, q, stamp, rmq.BoundaryType.LOWER)
+            upper = store.get_offset_in_queue_by_time(topic, q, stamp, rmq.BoundaryType.UPPER)
+            by_time.append((topic, q, stamp, lower, upper, msg.queue_offset))
+        cq_max = {(t, q): store.get_max_offset_in_queue(t, q) for t in store.topics() for q in store.queue_ids(t)}
+        index_files = len(store.index_files())
 
         per_queue: collections.Counter[tuple[str, int]] = collections.Counter()
         total_bytes = 0
@@ -86,15 +106,26 @@ def run_demo(
             "body_crc_ok": crc_ok,
             "long_topic_record_version": long_msg.version,
             "max_offset": store.max_offset,
+            "dispatched": dispatched,
+            "consume_queue_max_offsets": {f"{t}/{q}": n for (t, q), n in sorted(cq_max.items())},
+            "key_lookups_ok": all(offset in hit_offsets for _, _, hit_offsets, offset in by_key),
+            "time_lookups_ok": all(lo <= qo <= up for *_, lo, up, qo in by_time),
+            "index_files": index_files,
         }
     say(f"wrote {summary['messages_written']} messages ({messages} single puts, a batch of {batch.msg_num}, ")
     say(f"  one {len(DEMO_LONG_TOPIC)}-char retry topic stored as a v{summary['long_topic_record_version']} record)")
     say(f"scanned {scanned} messages, {total_bytes} bytes in {len(files)} segment(s) of {segment_size} bytes")
     say(f"all body CRCs valid: {crc_ok == scanned}; IPv6 born hosts: {ipv6_hosts}")
-    say("messages per (topic, queue):")
+    say("messages per (topic, queue), and the consume queue's max offset after dispatch:")
     for (topic, queue), count in sorted(per_queue.items()):
         shown = topic if len(topic) <= 40 else topic[:37] + "..."
-        say(f"  {shown:<40} q{queue:<3} {count:>6}")
+        say(f"  {shown:<40} q{queue:<3} {count:>6}   cq max {cq_max.get((topic, queue), 0):>6}")
+    say(f"index: {index_files} file(s); lookups by key:")
+    for topic, order, hit_offsets, offset in by_key:
+        say(f"  {topic}#{order} -> commitlog offsets {hit_offsets} (put at {offset})")
+    say("lookups by store time (LOWER = first at/after, UPPER = last at/before):")
+    for topic, q, stamp, lower, upper, qo in by_time:
+        say(f"  {topic}/q{q} at {stamp}: LOWER {lower}, UPPER {upper} (the message put then: queue offset {qo})")
     if first is not None:
         say(f"first message of this run: msg_id={first.msg_id} uniq_key={first.uniq_key}")
         say(f"  topic={first.topic} queue={first.queue_id}/{first.queue_offset} tags={first.tags} keys={first.keys}")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, NamedTuple
 
 from rmq import _native
+from rmq.reput import ReputMessageService
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
 
@@ -38,6 +39,18 @@ class StoreConfig:
     store_host: str = "127.0.0.1:10911"
     #: `brokerClusterName`: stored as the CLUSTER property of single puts, as a broker does (None: omit).
     broker_cluster_name: str | None = "DefaultCluster"
+    #: `mappedFileSizeConsumeQueue`: bytes per consume-queue file (rounded up to whole 20-byte entries).
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    #: `maxHashSlotNum`: hash slots per index file. Index files must be read with the sizes they were written with.
+    max_hash_slot_num: int = 5_000_000
+    #: `maxIndexNum`: entries per index file (a file holds one fewer keys).
+    max_index_num: int = 20_000_000
+    #: `maxMsgsNumBatch`: the most messages one key query returns.
+    max_msgs_num_batch: int = 64
+    #: `messageIndexEnable`: build the key index.
+    message_index_enable: bool = True
+    #: `messageDelayLevel`: delay levels; the tagsCode of SCHEDULE_TOPIC_XXXX entries is the delivery time.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     def to_native(self) -> dict[str, Any]:
         """The settings as the extension module takes them."""
@@ -65,7 +78,7 @@ class StoreConfig:
 
 def _camel(name: str) -> str:
     first, *rest = name.split("_")
-    special = {"crc": "CRC", "len": "Len"}
+    special = {"crc": "CRC", "len": "Len", "msgs": "Msgs"}
     return first + "".join(special.get(p, p.capitalize()) for p in rest)
 
 
@@ -77,22 +90,90 @@ def _parse_like(default: object, text: str) -> object:
     return text
 
 
+class ConsumeQueueEntry(NamedTuple):
+    """One consume-queue entry: where the message at `queue_offset` lies in the commitlog."""
+
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    tags_code: int
+
+
+class QueryMessageResult(NamedTuple):
+    """Messages found by key, oldest first, and when/where the index was last updated."""
+
+    messages: list[_native.MessageExt]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
 class MessageStore(_native.MessageStore):
-    """An open store directory: RocketMQ's commitlog, written and read byte-compatibly.
+    """An open store directory: RocketMQ's commitlog, consume queues and index, written and read byte-compatibly.
 
     Opening takes an exclusive lock on the directory (a second open raises `StoreLockedError`), validates the
-    tail of the commitlog, and rebuilds each queue's next offset. Use it as a context manager, or call
-    `close()`. Every call that touches files releases the GIL.
+    tail of the commitlog, recovers the consume queues and the index, dispatches whatever they lack, and
+    starts the reput service (`self.reput`) that dispatches later puts in the background. Use it as a
+    context manager, or call `close()`. Every call that touches files releases the GIL.
     """
 
     config: StoreConfig
+    reput: ReputMessageService
 
-    def __new__(cls, path: str | os.PathLike[str], config: StoreConfig | None = None) -> MessageStore:
+    def __new__(
+        cls, path: str | os.PathLike[str], config: StoreConfig | None = None, *, start_reput: bool = True
+    ) -> MessageStore:
         cfg = config if config is not None else StoreConfig()
         return super().__new__(cls, os.fspath(path), cfg.to_native())
 
-    def __init__(self, path: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], config: StoreConfig | None = None, *, start_reput: bool = True
+    ) -> None:
         self.config = config if config is not None else StoreConfig()
+        self.reput = ReputMessageService(self)
+        if start_reput:
+            self.reput.start()
+
+    def close(self) -> None:
+        """Stops the reput service, dispatches what is left, flushes everything and closes. Idempotent."""
+        reput = getattr(self, "reput", None)
+        if reput is not None:
+            reput.stop()
+        super().close()
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        """Waits until every message put before the call is in its consume queue and the index.
+
+        Without a running reput service, dispatches on the calling thread instead. Returns False on timeout.
+        """
+        if not self.reput.running:
+            self.dispatch_all()
+            return True
+        return self._wait_dispatched(timeout)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = 2**63 - 1
+    ) -> QueryMessageResult:
+        """`queryMessage`: messages of `topic` whose UNIQ_KEY or one of whose KEYS is `key`.
+
+        Only messages stored in [begin, end] (ms since the epoch) count; at most `max_num`, capped at
+        `max_msgs_num_batch` (64) as RocketMQ caps it. Unlike RocketMQ, another key with the same hash never
+        comes back: each candidate's topic and keys are checked.
+        """
+        msgs, ts, phy = self._query_message(topic, key, max_num, begin, end)
+        return QueryMessageResult(msgs, ts, phy)
+
+    def iter_queue(
+        self, topic: str, queue_id: int, from_offset: int = 0, *, batch: int = 1024
+    ) -> Iterator[ConsumeQueueEntry]:
+        """The consume-queue entries of (topic, queue_id) from `from_offset` (clamped to the min offset)."""
+        offset = from_offset
+        while True:
+            entries = self._cq_entries(topic, queue_id, offset, batch)
+            if not entries:
+                return
+            for e in entries:
+                yield ConsumeQueueEntry(*e)
+            offset = entries[-1][0] + 1
 
     def __enter__(self) -> MessageStore:
         return self

@@ -148,7 +148,8 @@ fn local_month_bounds(now_ms: i64) -> Option<(i64, i64)> {
     }
 }
 
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+/// Civil (year, month, day) of `z` days since 1970-01-01, proleptic Gregorian (H. Hinnant's algorithm).
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

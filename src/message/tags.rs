@@ -34,12 +34,25 @@ pub struct BadDelay;
 /// `tagsString2tagsCode` plus the schedule-topic rule: the sign-extended Java hash of TAGS, or for
 /// `SCHEDULE_TOPIC_XXXX` with `DELAY` > 0 the delivery timestamp.
 pub fn tags_code(topic: &[u8], props: &[u8], store_timestamp: i64, delay_levels: &[i64]) -> Result<i64, BadDelay> {
-    let mut code = match properties::get_raw(props, keys::TAGS) {
+    let tags = properties::get_raw(props, keys::TAGS);
+    let delay = if topic == SCHEDULE_TOPIC.as_bytes() { properties::get_raw(props, keys::DELAY) } else { None };
+    tags_code_of(topic, tags, delay, store_timestamp, delay_levels)
+}
+
+/// [`tags_code`] from the already extracted TAGS and DELAY values.
+pub fn tags_code_of(
+    topic: &[u8],
+    tags: Option<&[u8]>,
+    delay: Option<&[u8]>,
+    store_timestamp: i64,
+    delay_levels: &[i64],
+) -> Result<i64, BadDelay> {
+    let mut code = match tags {
         Some(tags) => i64::from(java::utf8_bytes_hash(tags)),
         None => 0,
     };
     if topic == SCHEDULE_TOPIC.as_bytes() {
-        if let Some(delay) = properties::get_raw(props, keys::DELAY) {
+        if let Some(delay) = delay {
             let text = java::decode_utf8_lossy(delay);
             let level = java::parse_int(&text).ok_or(BadDelay)?;
             let max = delay_levels.len() as i32;

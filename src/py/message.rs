@@ -81,6 +81,15 @@ py_enum! {
     }
 }
 
+py_enum! {
+    /// Which side of a time a queue-offset search returns (`BoundaryType`): LOWER = the first message stored
+    /// at or after it, UPPER = the last stored at or before it.
+    BoundaryType <=> crate::consume_queue::BoundaryType {
+        Lower = "LOWER" <=> Lower,
+        Upper = "UPPER" <=> Upper,
+    }
+}
+
 /// A message to put in a batch: body plus what may differ between members.
 #[pyclass(frozen, module = "rmq._native")]
 pub struct Message {
@@ -480,6 +489,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TransactionType>()?;
     m.add_class::<Message>()?;
     m.add_class::<MessageExt>()?;
+    m.add_class::<BoundaryType>()?;
     m.add_class::<RecordView>()?;
     m.add_class::<PutResult>()?;
     Ok(())

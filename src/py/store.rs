@@ -12,11 +12,16 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::to_py;
-use super::message::{extract_properties, join_keys, Message, MessageExt, PutResult, RecordView, TransactionType};
+use super::message::{
+    extract_properties, join_keys, BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType,
+};
 use crate::commitlog::Record;
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::error::Error;
 use crate::store::{self, BatchItem, PutMessage};
+
+/// An arrival as Python sees it: (topic, queue_id, next queue offset).
+type Arrival = (String, i32, i64);
 
 /// Records fetched per detached call while scanning.
 const SCAN_BATCH: usize = 256;
@@ -49,6 +54,12 @@ fn config_from_dict(d: Option<&Bound<'_, PyDict>>) -> PyResult<StoreConfig> {
                     }
                 }
             }
+            "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = v.extract()?,
+            "max_hash_slot_num" => c.index.max_hash_slot_num = v.extract()?,
+            "max_index_num" => c.index.max_index_num = v.extract()?,
+            "max_msgs_num_batch" => c.index.max_msgs_num_batch = v.extract()?,
+            "message_index_enable" => c.message_index_enable = v.extract()?,
+            "message_delay_level" => c.message_delay_level = v.extract()?,
             "store_host" => c.broker.store_host = parse_host(&v.extract::<String>()?)?,
             "broker_cluster_name" => c.broker.broker_cluster_name = v.extract()?,
             other => return Err(to_py(Error::InvalidConfig(format!("unknown setting {other:?}")))),
@@ -285,6 +296,196 @@ impl MessageStore {
     /// Changes `maxMessageSize` for later puts (values below 10 are ignored, as in RocketMQ).
     fn set_max_message_size(&self, size: i32) {
         self.inner.set_max_message_size(size);
+    }
+
+    /// One dispatch round: at most `max_records` records from the reput offset into the consume queues and
+    /// the index. Returns (records dispatched, reput offset after, arrivals as (topic, queue_id, next_offset)).
+    #[pyo3(signature = (max_records=4096, want_arrivals=false))]
+    fn _dispatch(&self, py: Python<'_>, max_records: u64, want_arrivals: bool) -> PyResult<(u64, u64, Vec<Arrival>)> {
+        let inner = &self.inner;
+        let round = py.detach(|| inner.dispatch(max_records, want_arrivals)).map_err(to_py)?;
+        let arrivals = round.arrivals.into_iter().map(|a| (a.topic, a.queue_id, a.next_offset)).collect();
+        Ok((round.records, round.reput_offset, arrivals))
+    }
+
+    /// Waits (GIL released) until there is data to dispatch, a wake-up, or the timeout; returns whether
+    /// there is data.
+    fn _wait_new_data(&self, py: Python<'_>, timeout: f64) -> bool {
+        let inner = &self.inner;
+        let timeout = std::time::Duration::from_secs_f64(timeout.clamp(0.0, 3600.0));
+        py.detach(|| inner.wait_new_data(timeout))
+    }
+
+    /// Wakes a thread blocked in `_wait_new_data`.
+    fn _wake_dispatcher(&self) {
+        self.inner.wake_dispatcher();
+    }
+
+    /// Dispatches everything written so far on the calling thread; returns the number of records.
+    fn dispatch_all(&self, py: Python<'_>) -> PyResult<u64> {
+        self.inner.check_open().map_err(to_py)?;
+        let inner = &self.inner;
+        py.detach(|| {
+            let mut total = 0;
+            loop {
+                let round = inner.dispatch(u64::MAX, false)?;
+                total += round.records;
+                if round.records == 0 && round.reput_offset >= inner.confirm_offset() {
+                    return Ok(total);
+                }
+            }
+        })
+        .map_err(to_py)
+    }
+
+    /// Waits until everything written before the call is in the consume queues and the index. Returns
+    /// False on timeout (seconds) or if the store closes first.
+    #[pyo3(signature = (timeout=10.0))]
+    fn _wait_dispatched(&self, py: Python<'_>, timeout: f64) -> bool {
+        let inner = &self.inner;
+        let timeout = std::time::Duration::from_secs_f64(timeout.clamp(0.0, 1e9));
+        py.detach(|| inner.wait_dispatched(timeout))
+    }
+
+    /// Commitlog offset up to which every record is dispatched.
+    #[getter]
+    fn reput_offset(&self) -> u64 {
+        self.inner.reput_offset()
+    }
+
+    /// Offset dispatch may read up to (the end of the log; under SYNC_FLUSH the end of flushed data).
+    #[getter]
+    fn confirm_offset(&self) -> u64 {
+        self.inner.confirm_offset()
+    }
+
+    /// Bytes written but not yet dispatched.
+    #[getter]
+    fn dispatch_behind_bytes(&self) -> u64 {
+        self.inner.dispatch_behind_bytes()
+    }
+
+    /// What opening did to the consume queues and index.
+    #[getter]
+    fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.inner.recovery_report();
+        let d = PyDict::new(py);
+        d.set_item("dispatched_from", r.dispatched_from)?;
+        d.set_item("redispatched_records", r.redispatched_records)?;
+        d.set_item("rebuilt_cq_entries", r.rebuilt_cq_entries)?;
+        d.set_item("skipped_dirs", r.skipped_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())?;
+        Ok(d)
+    }
+
+    /// Records dispatch could not handle: (total count, recent ones as (offset, reason, skipped bytes)).
+    fn dispatch_issues(&self) -> (u64, Vec<(u64, String, u64)>) {
+        let (total, recent) = self.inner.dispatch_issues();
+        (total, recent.into_iter().map(|i| (i.offset, i.reason, i.skipped)).collect())
+    }
+
+    /// Messages of `topic` whose UNIQ_KEY or KEYS contain `key`, stored in [begin, end] (ms), at most
+    /// `max_num` (capped at max_msgs_num_batch), oldest first; plus the index's last update (time, offset).
+    #[pyo3(signature = (topic, key, max_num=32, begin=0, end=i64::MAX))]
+    fn _query_message(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+    ) -> PyResult<(Vec<MessageExt>, i64, i64)> {
+        let inner = &self.inner;
+        let res = py.detach(|| inner.query_message(topic, key, max_num, begin, end)).map_err(to_py)?;
+        let msgs = res.records.into_iter().map(MessageExt::new).collect();
+        Ok((msgs, res.index_last_update_timestamp, res.index_last_update_phy_offset))
+    }
+
+    /// `getOffsetInQueueByTime`: the queue offset of the first message stored at or after `timestamp`
+    /// (LOWER) or of the last stored at or before it (UPPER), clamped to [min, max]; 0 for a missing queue.
+    #[pyo3(signature = (topic, queue_id, timestamp, boundary=BoundaryType::Lower))]
+    fn get_offset_in_queue_by_time(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        timestamp: i64,
+        boundary: BoundaryType,
+    ) -> i64 {
+        let inner = &self.inner;
+        py.detach(|| inner.offset_in_queue_by_time(topic, queue_id, timestamp, boundary.into()))
+    }
+
+    /// `getMinOffsetInQueue`: the first queue offset still readable; -1 if the queue does not exist.
+    fn get_min_offset_in_queue(&self, topic: &str, queue_id: i32) -> i64 {
+        self.inner.min_offset_in_queue(topic, queue_id)
+    }
+
+    /// `getMaxOffsetInQueue`: one past the last dispatched entry (0 for a missing queue); with
+    /// committed=False the next queue offset a put would take.
+    #[pyo3(signature = (topic, queue_id, committed=true))]
+    fn get_max_offset_in_queue(&self, topic: &str, queue_id: i32, committed: bool) -> i64 {
+        self.inner.max_offset_in_queue(topic, queue_id, committed)
+    }
+
+    /// `getCommitLogOffsetInQueue`: commitlog offset of the message at `queue_offset`, 0 if none.
+    fn get_commitlog_offset_in_queue(&self, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
+        self.inner.commitlog_offset_in_queue(topic, queue_id, queue_offset)
+    }
+
+    /// `getMessageStoreTimeStamp`: store time (ms) of the message at `queue_offset`, -1 if none.
+    fn get_message_store_timestamp(&self, py: Python<'_>, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
+        let inner = &self.inner;
+        py.detach(|| inner.message_store_timestamp(topic, queue_id, queue_offset))
+    }
+
+    /// `lookMessageByOffset`: the message at commitlog `offset` (and of `size` bytes, if given), or None
+    /// when no message starts there.
+    #[pyo3(signature = (offset, size=None))]
+    fn look_message_by_offset(&self, py: Python<'_>, offset: i64, size: Option<i32>) -> PyResult<Option<MessageExt>> {
+        self.inner.check_open().map_err(to_py)?;
+        let Ok(offset) = u64::try_from(offset) else { return Ok(None) };
+        let inner = &self.inner;
+        let rec = py.detach(|| inner.read(offset)).ok().flatten();
+        Ok(rec.filter(|r| size.is_none_or(|s| s == r.header.total_size)).map(MessageExt::new))
+    }
+
+    /// Up to `max_entries` consume-queue entries from `from_offset` (clamped to the min offset), as
+    /// (queue_offset, commitlog_offset, size, tags_code) tuples.
+    #[pyo3(signature = (topic, queue_id, from_offset=0, max_entries=1024))]
+    fn _cq_entries(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        from_offset: i64,
+        max_entries: usize,
+    ) -> Vec<(i64, i64, i32, i64)> {
+        let Some(cq) = self.inner.consume_queue(topic, queue_id) else { return Vec::new() };
+        let (first, entries) = py.detach(|| cq.entries(from_offset.max(0) as u64, max_entries));
+        entries.into_iter().enumerate().map(|(i, e)| (first as i64 + i as i64, e.offset, e.size, e.tags_code)).collect()
+    }
+
+    /// Topics that have consume queues, sorted.
+    fn topics(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.inner.consume_queues().all().iter().map(|q| q.topic().to_owned()).collect();
+        t.dedup();
+        t
+    }
+
+    /// Queue ids of `topic` that have consume queues, ascending.
+    fn queue_ids(&self, topic: &str) -> Vec<i32> {
+        self.inner.consume_queues().queue_ids(topic)
+    }
+
+    /// Files of the consume queue of (topic, queue_id), in offset order.
+    fn consume_queue_files(&self, topic: &str, queue_id: i32) -> Vec<PathBuf> {
+        self.inner.consume_queue(topic, queue_id).map(|q| q.file_paths()).unwrap_or_default()
+    }
+
+    /// Index files, oldest first.
+    fn index_files(&self) -> Vec<PathBuf> {
+        self.inner.index().map(|i| i.file_paths()).unwrap_or_default()
     }
 
     /// Segment files of the commitlog, in offset order.

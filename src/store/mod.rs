@@ -1,22 +1,27 @@
 //! `MessageStore`: the write path (checks, properties as a broker builds them, queue offsets, append, flush)
 //! and the read path by physical offset, over one store directory.
 
+pub mod dispatch;
 pub mod validate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::{AbortFile, LockFile};
 use crate::commitlog::{now_ms, Appended, CommitLog, OpenReport, Record};
 use crate::config::{FlushDiskType, StoreConfig};
+use crate::consume_queue::{BoundaryType, ConsumeQueue, CqEntry};
 use crate::error::{Error, Result};
+use crate::index::IndexService;
 use crate::message::encode::{encode_record, strip_crc_property, EncodeInput, EncodeOptions, EncodedRecord};
 use crate::message::ids::{offset_msg_id, UniqIdGenerator};
 use crate::message::properties::{self, keys, BROKER_MAP_CAPACITY, CLIENT_MAP_CAPACITY};
 use crate::message::{PutMessageStatus, TransactionType};
+use dispatch::{ConsumeQueueStore, DispatchIssue, DispatchRound, Dispatcher};
 
 /// One message as a producer hands it to a broker.
 #[derive(Debug, Clone)]
@@ -117,6 +122,53 @@ pub struct MessageStore {
     open_report: OpenReport,
     unclean_shutdown: bool,
     state: Mutex<State>,
+    queues: ConsumeQueueStore,
+    index: Option<IndexService>,
+    delay_levels: Vec<i64>,
+    /// The dispatch position (`reputFromOffset`); the mutex serialises dispatch rounds.
+    reput: Mutex<u64>,
+    /// Published copy of the dispatch position, with `dispatched` signalled on every advance.
+    reput_offset: AtomicU64,
+    dispatched: Condvar,
+    dispatched_lock: Mutex<()>,
+    /// Signalled after every append, for the dispatcher waiting for new data.
+    new_data: Condvar,
+    new_data_lock: Mutex<()>,
+    wake_pending: std::sync::atomic::AtomicBool,
+    /// Under SYNC_FLUSH: the end of the data known flushed (dispatch never passes it).
+    flushed_offset: AtomicU64,
+    recovery: RecoveryReport,
+    issues: Mutex<IssueLog>,
+}
+
+/// What opening did to the derived files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Where dispatch restarted (commitlog offset).
+    pub dispatched_from: u64,
+    /// Records dispatched while opening (already-present entries are skipped, so this may exceed what changed).
+    pub redispatched_records: u64,
+    /// Consume-queue entries written while opening.
+    pub rebuilt_cq_entries: u64,
+    /// Directories under `consumequeue/` that are not a topic / queue id and were left alone.
+    pub skipped_dirs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct IssueLog {
+    total: u64,
+    recent: Vec<DispatchIssue>,
+}
+
+/// Most recent dispatch issues kept for inspection.
+const ISSUES_KEPT: usize = 100;
+
+/// The result of a key query: matching records, oldest first, and the index's last update.
+#[derive(Debug, Clone, Default)]
+pub struct QueryResult {
+    pub records: Vec<Record>,
+    pub index_last_update_timestamp: i64,
+    pub index_last_update_phy_offset: i64,
 }
 
 #[derive(Debug)]
@@ -136,20 +188,88 @@ impl MessageStore {
         let lock = LockFile::acquire(root)?;
         let unclean_shutdown = AbortFile::exists(root);
         let (commitlog, open_report) = CommitLog::open(&root.join("commitlog"), config.commit_log.clone())?;
-        let queue_table = rebuild_queue_table(&commitlog)?;
-        let abort = AbortFile::create(root)?;
+        let (queues, skipped_dirs) =
+            ConsumeQueueStore::load(&root.join("consumequeue"), config.consume_queue.mapped_file_size_consume_queue)?;
+        let index = if config.message_index_enable {
+            Some(IndexService::load(&root.join("index"), config.index)?)
+        } else {
+            None
+        };
+        let end = commitlog.max_offset();
+        // Consume queues: recover each, then drop entries beyond the end of the commitlog (spec §6.4, §10.6).
+        let mut cq_frontier: Option<i64> = None;
+        for cq in queues.all() {
+            cq.recover()?;
+            cq.truncate_dirty(end as i64)?;
+            let m = cq.max_physic_offset();
+            if m >= 0 {
+                cq_frontier = Some(cq_frontier.map_or(m, |f| f.max(m)));
+            }
+        }
+        // Dispatch restarts where both the queues and the index are complete. Re-dispatching a record that is
+        // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
+        let min = commitlog.min_offset();
+        let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
+        if let Some(index) = &index {
+            let indexed = match index.last_indexed_offset() {
+                None => min,
+                // After a clean close the last indexed record is complete; after a crash it may have only
+                // some of its keys, so it is dispatched again (the index skips the keys it already has).
+                Some(o) => {
+                    let o = (o.max(0) as u64).clamp(min, end);
+                    match commitlog.read(o) {
+                        Ok(Some(rec)) if !unclean_shutdown => o + rec.header.total_size as u64,
+                        _ => o,
+                    }
+                }
+            };
+            from = from.min(indexed);
+        }
         let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
-        Ok(MessageStore {
+        let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
+        let mut store = MessageStore {
             root: root.to_owned(),
             max_message_size: AtomicI32::new(config.commit_log.max_message_size),
             config,
             commitlog,
-            queue_table: Mutex::new(queue_table),
+            queue_table: Mutex::new(QueueTable::new()),
             uniq,
             open_report,
             unclean_shutdown,
-            state: Mutex::new(State::Open { _lock: lock, abort }),
-        })
+            state: Mutex::new(State::Closed),
+            queues,
+            index,
+            delay_levels,
+            reput: Mutex::new(from),
+            reput_offset: AtomicU64::new(from),
+            dispatched: Condvar::new(),
+            dispatched_lock: Mutex::new(()),
+            new_data: Condvar::new(),
+            new_data_lock: Mutex::new(()),
+            wake_pending: std::sync::atomic::AtomicBool::new(false),
+            flushed_offset: AtomicU64::new(end),
+            recovery: RecoveryReport { dispatched_from: from, skipped_dirs, ..RecoveryReport::default() },
+            issues: Mutex::new(IssueLog::default()),
+        };
+        // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
+        loop {
+            let round = store.dispatch(u64::MAX, false)?;
+            store.recovery.redispatched_records += round.records;
+            store.recovery.rebuilt_cq_entries += round.cq_entries;
+            if round.records == 0 && round.reput_offset >= end {
+                break;
+            }
+        }
+        let min = store.commitlog.min_offset() as i64;
+        let mut table = QueueTable::new();
+        for cq in store.queues.all() {
+            cq.correct_min_offset(min);
+            table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.max_offset() as i64);
+        }
+        *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
+        let abort = AbortFile::create(root)?;
+        *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
+        Ok(store)
     }
 
     /// The store directory.
@@ -369,8 +489,11 @@ impl MessageStore {
             if let Err(e) = self.commitlog.flush_range(appended.dirty_from, end) {
                 *self.state() = State::Poisoned(e.to_string());
                 status = PutMessageStatus::FlushDiskTimeout;
+            } else {
+                self.flushed_offset.fetch_max(end, Ordering::AcqRel);
             }
         }
+        self.notify_new_data();
         Ok(PutResult {
             status,
             offsets: records.iter().map(|r| appended.first_offset + r.start as u64).collect(),
@@ -402,26 +525,52 @@ impl MessageStore {
         self.commitlog.next_record(offset)
     }
 
-    /// Flushes all written data to disk.
+    /// Flushes all written data to disk: the commitlog, then the consume queues and the index.
     pub fn flush(&self) -> Result<()> {
         self.check_open()?;
         if let Err(e) = self.commitlog.flush() {
             *self.state() = State::Poisoned(e.to_string());
             return Err(e);
         }
+        self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
+        self.queues.flush()?;
+        if let Some(index) = &self.index {
+            index.flush()?;
+        }
         Ok(())
     }
 
-    /// Flushes, releases the lock and removes the abort file. Idempotent. A poisoned store keeps its abort file
-    /// so the next open knows the last run did not end cleanly.
+    /// Dispatches whatever is left, flushes everything, releases the lock and removes the abort file.
+    /// Idempotent. A poisoned store keeps its abort file so the next open knows the last run did not end
+    /// cleanly; so does a store whose dispatch could not finish.
     pub fn close(&self) -> Result<()> {
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
-        match previous {
-            State::Open { _lock, abort } => {
+        let result = match previous {
+            State::Open { _lock, abort } => (|| {
                 self.commitlog.flush()?;
+                self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
+                self.drain()?;
+                self.queues.flush()?;
+                if let Some(index) = &self.index {
+                    index.flush()?;
+                }
                 abort.remove()
-            }
+            })(),
             State::Poisoned(_) | State::Closed => Ok(()),
+        };
+        self.notify_new_data();
+        let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.dispatched.notify_all();
+        result
+    }
+
+    /// Dispatches until the reput offset reaches the confirm offset.
+    fn drain(&self) -> Result<()> {
+        loop {
+            let round = self.dispatch(u64::MAX, false)?;
+            if round.records == 0 && round.reput_offset >= self.confirm_offset() {
+                return Ok(());
+            }
         }
     }
 }
@@ -476,18 +625,220 @@ fn client_property_order<'a>(
     entries
 }
 
-/// Rebuilds the next queue offset of every (topic, queue) from the records in the commitlog.
-fn rebuild_queue_table(log: &CommitLog) -> Result<QueueTable> {
-    let mut table = QueueTable::new();
-    let mut offset = log.min_offset();
-    while let Some((rec, next)) = log.next_record(offset)? {
-        let h = &rec.header;
-        if h.transaction_type().takes_queue_offset() {
-            let topic = crate::java::decode_utf8_lossy(h.topic(rec.bytes())).into_owned();
-            let slot = table.entry(topic).or_default().entry(h.queue_id).or_insert(0);
-            *slot = (*slot).max(h.queue_offset + 1);
+impl MessageStore {
+    /// The offset dispatch may read up to: the end of the log, or under SYNC_FLUSH the end of flushed data
+    /// (so a message becomes consumable only once durable, as RocketMQ's confirm offset).
+    pub fn confirm_offset(&self) -> u64 {
+        match self.config.commit_log.flush_disk_type {
+            FlushDiskType::AsyncFlush => self.commitlog.max_offset(),
+            FlushDiskType::SyncFlush => self.flushed_offset.load(Ordering::Acquire).min(self.commitlog.max_offset()),
         }
-        offset = next;
     }
-    Ok(table)
+
+    /// The dispatch position: every record before it is in its consume queue and the index.
+    pub fn reput_offset(&self) -> u64 {
+        self.reput_offset.load(Ordering::Acquire)
+    }
+
+    /// Bytes written but not dispatched yet (`dispatchBehindBytes`).
+    pub fn dispatch_behind_bytes(&self) -> u64 {
+        self.confirm_offset().saturating_sub(self.reput_offset())
+    }
+
+    /// What opening did to the consume queues and index.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Dispatch problems met so far: the total count and the most recent ones.
+    pub fn dispatch_issues(&self) -> (u64, Vec<DispatchIssue>) {
+        let log = self.issues.lock().unwrap_or_else(|p| p.into_inner());
+        (log.total, log.recent.clone())
+    }
+
+    /// Wakes a thread waiting in `wait_new_data` (to let it see a stop request); if none is waiting, its
+    /// next wait returns at once.
+    pub fn wake_dispatcher(&self) {
+        let _g = self.new_data_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.wake_pending.store(true, Ordering::Release);
+        self.new_data.notify_all();
+    }
+
+    fn notify_new_data(&self) {
+        let _g = self.new_data_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.new_data.notify_all();
+    }
+
+    /// One dispatch round (spec §12.1): records from the reput offset to the confirm offset, at most
+    /// `max_records`, into the consume queues and the index. Rounds are serialised.
+    pub fn dispatch(&self, max_records: u64, want_arrivals: bool) -> Result<DispatchRound> {
+        let mut reput = self.reput.lock().unwrap_or_else(|p| p.into_inner());
+        let end = self.confirm_offset();
+        let dispatcher =
+            Dispatcher { queues: &self.queues, index: self.index.as_ref(), delay_levels: &self.delay_levels };
+        let round = dispatcher.run(&self.commitlog, *reput, end, max_records, want_arrivals)?;
+        if !round.issues.is_empty() {
+            let mut log = self.issues.lock().unwrap_or_else(|p| p.into_inner());
+            log.total += round.issues.len() as u64;
+            log.recent.extend(round.issues.iter().cloned());
+            let excess = log.recent.len().saturating_sub(ISSUES_KEPT);
+            log.recent.drain(..excess);
+        }
+        *reput = round.reput_offset;
+        self.reput_offset.store(round.reput_offset, Ordering::Release);
+        drop(reput);
+        let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.dispatched.notify_all();
+        Ok(round)
+    }
+
+    /// Waits until everything written before the call is dispatched; `false` on timeout or when the store
+    /// closes first.
+    pub fn wait_dispatched(&self, timeout: Duration) -> bool {
+        let target = self.confirm_offset();
+        let deadline = Instant::now() + timeout;
+        let mut g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.reput_offset() >= target {
+                return true;
+            }
+            if self.is_closed() {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self.dispatched.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Waits until there is data to dispatch (the confirm offset passes the reput offset), a wake-up
+    /// (`wake_dispatcher`, a close), or the timeout. Returns whether there is data.
+    pub fn wait_new_data(&self, timeout: Duration) -> bool {
+        let g = self.new_data_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.wake_pending.swap(false, Ordering::AcqRel)
+            || self.confirm_offset() > self.reput_offset()
+            || self.is_closed()
+        {
+            return self.confirm_offset() > self.reput_offset();
+        }
+        drop(self.new_data.wait_timeout(g, timeout).unwrap_or_else(|p| p.into_inner()));
+        self.wake_pending.store(false, Ordering::Release);
+        self.confirm_offset() > self.reput_offset()
+    }
+
+    /// The consume queue of (topic, queue), if it exists.
+    pub fn consume_queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
+        self.queues.find(topic, queue_id)
+    }
+
+    /// All consume queues.
+    pub fn consume_queues(&self) -> &ConsumeQueueStore {
+        &self.queues
+    }
+
+    /// The index service (`None` when `message_index_enable` is off).
+    pub fn index(&self) -> Option<&IndexService> {
+        self.index.as_ref()
+    }
+
+    /// `getMaxOffsetInQueue`: the dispatched max offset (0 for a queue that does not exist), or with
+    /// `committed = false` the next queue offset to assign.
+    pub fn max_offset_in_queue(&self, topic: &str, queue_id: i32, committed: bool) -> i64 {
+        if committed {
+            self.queues.find(topic, queue_id).map_or(0, |cq| cq.max_offset() as i64)
+        } else {
+            self.next_queue_offset(topic, queue_id)
+        }
+    }
+
+    /// `getMinOffsetInQueue`: −1 for a queue that does not exist.
+    pub fn min_offset_in_queue(&self, topic: &str, queue_id: i32) -> i64 {
+        self.queues.find(topic, queue_id).map_or(-1, |cq| cq.min_offset() as i64)
+    }
+
+    /// The consume-queue entry at `queue_offset`.
+    pub fn cq_entry(&self, topic: &str, queue_id: i32, queue_offset: i64) -> Option<CqEntry> {
+        let q = u64::try_from(queue_offset).ok()?;
+        self.queues.find(topic, queue_id)?.entry(q)
+    }
+
+    /// `getCommitLogOffsetInQueue`: 0 when there is no such entry.
+    pub fn commitlog_offset_in_queue(&self, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
+        self.cq_entry(topic, queue_id, queue_offset).filter(|e| !e.is_pre_blank()).map_or(0, |e| e.offset)
+    }
+
+    /// `pickupStoreTimestamp`: the store time of the record at (offset, size), −1 if it is not in the log.
+    pub fn pickup_store_timestamp(&self, offset: i64, size: i32) -> i64 {
+        let (min, max) = (self.commitlog.min_offset() as i64, self.commitlog.max_offset() as i64);
+        if offset < min || offset.saturating_add(i64::from(size)) > max {
+            return -1;
+        }
+        match self.commitlog.read(offset as u64) {
+            Ok(Some(rec)) if rec.header.total_size == size => rec.header.store_timestamp,
+            _ => -1,
+        }
+    }
+
+    /// `getMessageStoreTimeStamp`: store time of the message at `queue_offset`, −1 if none.
+    pub fn message_store_timestamp(&self, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
+        match self.cq_entry(topic, queue_id, queue_offset) {
+            Some(e) if !e.is_pre_blank() => self.pickup_store_timestamp(e.offset, e.size),
+            _ => -1,
+        }
+    }
+
+    /// `getOffsetInQueueByTime` (spec §6.7): 0 for a missing queue, otherwise clamped to [min, max].
+    pub fn offset_in_queue_by_time(&self, topic: &str, queue_id: i32, timestamp: i64, boundary: BoundaryType) -> i64 {
+        let Some(cq) = self.queues.find(topic, queue_id) else { return 0 };
+        let min_physic = self.commitlog.min_offset() as i64;
+        let found = cq.offset_by_time(timestamp, boundary, min_physic, &|o, s| self.pickup_store_timestamp(o, s));
+        (found as i64).clamp(cq.min_offset() as i64, cq.max_offset() as i64)
+    }
+
+    /// `queryMessage`: records of `topic` whose UNIQ_KEY or one of whose KEYS equals `key`, stored between
+    /// `begin` and `end` (ms, inclusive), at most `max_num` (capped at `maxMsgsNumBatch`), oldest first.
+    /// Unlike RocketMQ, hash collisions are filtered out (each candidate's topic and keys are checked) and
+    /// the window applies to the records' exact store times, not the index's whole-second approximation.
+    pub fn query_message(&self, topic: &str, key: &str, max_num: usize, begin: i64, end: i64) -> Result<QueryResult> {
+        self.check_open()?;
+        let Some(index) = &self.index else { return Ok(QueryResult::default()) };
+        let mut found: Vec<Record> = Vec::new();
+        let mut accept = |offset: i64| -> bool {
+            let Ok(Some(rec)) = self.commitlog.read(offset.max(0) as u64) else { return false };
+            let ts = rec.header.store_timestamp;
+            if ts < begin || ts > end || !record_has_key(&rec, topic, key) {
+                return false;
+            }
+            found.push(rec);
+            true
+        };
+        // Entries keep whole seconds from the file's begin, so an entry reads up to 999 ms early: widen the
+        // window by that much and check each candidate's real store time instead.
+        let res = index.query(topic, key, max_num, begin.saturating_sub(999), end, &mut accept);
+        found.sort_by_key(|r| r.offset());
+        found.dedup_by_key(|r| r.offset());
+        Ok(QueryResult {
+            records: found,
+            index_last_update_timestamp: res.index_last_update_timestamp,
+            index_last_update_phy_offset: res.index_last_update_phy_offset,
+        })
+    }
+}
+
+/// Whether `rec` belongs to `topic` and carries `key` as its UNIQ_KEY or one of its KEYS.
+fn record_has_key(rec: &Record, topic: &str, key: &str) -> bool {
+    let bytes = rec.bytes();
+    let h = &rec.header;
+    if crate::java::decode_utf8_lossy(h.topic(bytes)) != topic {
+        return false;
+    }
+    let props = h.properties(bytes);
+    if properties::get_raw(props, keys::UNIQ_KEY).is_some_and(|u| crate::java::decode_utf8_lossy(u) == key) {
+        return true;
+    }
+    properties::get_raw(props, keys::KEYS)
+        .map(crate::java::decode_utf8_lossy)
+        .is_some_and(|k| k.split(keys::KEY_SEPARATOR).any(|t| !t.is_empty() && t == key))
 }

@@ -1,0 +1,463 @@
+//! One index file (`IndexFile.java`): header, hash slots and entries (layout in the module docs of
+//! [`crate::index`]), `putKey` (§7.4) and `selectPhyOffset` (§7.5).
+//!
+//! Sharing: every access to the mapped bytes happens under the file's `RwLock` (writes under the write
+//! lock, reads under either), so no byte is read while it is written. The lock also guards the in-memory
+//! header, which mirrors the header bytes: each change is written through to the mapping at once.
+
+use std::path::Path;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::{
+    IndexConfig, BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, END_PHY_OFFSET_POS, END_TIMESTAMP_POS, ENTRY_SIZE,
+    HASH_SLOT_COUNT_POS, HEADER_SIZE, INDEX_COUNT_POS, SLOT_SIZE,
+};
+use crate::error::{Error, Result};
+use crate::mmap::MappedFile;
+
+/// The 40-byte header (`IndexHeader.java`), big-endian.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexHeader {
+    /// Store time of the first indexed message (ms).
+    pub begin_timestamp: i64,
+    /// Store time of the last indexed message (ms).
+    pub end_timestamp: i64,
+    /// Commitlog offset of the first indexed message.
+    pub begin_phy_offset: i64,
+    /// Commitlog offset of the last indexed message.
+    pub end_phy_offset: i64,
+    /// Slots that became non-empty.
+    pub hash_slot_count: i32,
+    /// Next entry number; 1 in a file without entries.
+    pub index_count: i32,
+}
+
+impl IndexHeader {
+    /// Format: `{ beginTimestamp i64 | endTimestamp i64 | beginPhyOffset i64 | endPhyOffset i64 |
+    /// hashSlotCount i32 | indexCount i32 }`.
+    pub fn encode(&self) -> [u8; HEADER_SIZE] {
+        let mut b = [0u8; HEADER_SIZE];
+        b[BEGIN_TIMESTAMP_POS..END_TIMESTAMP_POS].copy_from_slice(&self.begin_timestamp.to_be_bytes());
+        b[END_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS].copy_from_slice(&self.end_timestamp.to_be_bytes());
+        b[BEGIN_PHY_OFFSET_POS..END_PHY_OFFSET_POS].copy_from_slice(&self.begin_phy_offset.to_be_bytes());
+        b[END_PHY_OFFSET_POS..HASH_SLOT_COUNT_POS].copy_from_slice(&self.end_phy_offset.to_be_bytes());
+        b[HASH_SLOT_COUNT_POS..INDEX_COUNT_POS].copy_from_slice(&self.hash_slot_count.to_be_bytes());
+        b[INDEX_COUNT_POS..HEADER_SIZE].copy_from_slice(&self.index_count.to_be_bytes());
+        b
+    }
+
+    /// Decodes the header as stored (`None` if fewer than 40 bytes). No adjustment of indexCount.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        Some(IndexHeader {
+            begin_timestamp: be_i64(b, BEGIN_TIMESTAMP_POS)?,
+            end_timestamp: be_i64(b, END_TIMESTAMP_POS)?,
+            begin_phy_offset: be_i64(b, BEGIN_PHY_OFFSET_POS)?,
+            end_phy_offset: be_i64(b, END_PHY_OFFSET_POS)?,
+            hash_slot_count: be_i32(b, HASH_SLOT_COUNT_POS)?,
+            index_count: be_i32(b, INDEX_COUNT_POS)?,
+        })
+    }
+
+    /// `isTimeMatched(begin, end)`: the window `[begin, end]` overlaps `[beginTimestamp, endTimestamp]`.
+    pub fn is_time_matched(&self, begin: i64, end: i64) -> bool {
+        let (fb, fe) = (self.begin_timestamp, self.end_timestamp);
+        (begin < fb && end > fe) || (fb <= begin && begin <= fe) || (fb <= end && end <= fe)
+    }
+}
+
+fn be_i32(b: &[u8], pos: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(pos..pos.checked_add(4)?)?.try_into().ok()?))
+}
+
+fn be_i64(b: &[u8], pos: usize) -> Option<i64> {
+    Some(i64::from_be_bytes(b.get(pos..pos.checked_add(8)?)?.try_into().ok()?))
+}
+
+/// One entry as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    key_hash: i32,
+    phy_offset: i64,
+    time_diff: i32,
+    prev: i32,
+}
+
+/// One mapped index file.
+pub struct IndexFile {
+    map: MappedFile,
+    slot_num: u32,
+    index_num: u32,
+    header: RwLock<IndexHeader>,
+}
+
+impl std::fmt::Debug for IndexFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexFile").field("path", &self.map.path()).field("header", &self.header()).finish()
+    }
+}
+
+impl IndexFile {
+    /// Creates a fresh (zero, sparse) file continuing after a previous file whose header ended at
+    /// `prev_end_phy_offset` / `prev_end_timestamp` (0 for the first file). As in RocketMQ, only those
+    /// values are written now (each only if > 0); counts reach the disk with the first key.
+    pub fn create(path: &Path, cfg: IndexConfig, prev_end_phy_offset: i64, prev_end_timestamp: i64) -> Result<Self> {
+        cfg.validate()?;
+        let map = MappedFile::create(path, 0, cfg.file_size())?;
+        let mut h = IndexHeader { index_count: 1, ..IndexHeader::default() };
+        if prev_end_phy_offset > 0 {
+            h.begin_phy_offset = prev_end_phy_offset;
+            h.end_phy_offset = prev_end_phy_offset;
+            map.write(BEGIN_PHY_OFFSET_POS, &h.encode()[BEGIN_PHY_OFFSET_POS..HASH_SLOT_COUNT_POS]);
+        }
+        if prev_end_timestamp > 0 {
+            h.begin_timestamp = prev_end_timestamp;
+            h.end_timestamp = prev_end_timestamp;
+            map.write(BEGIN_TIMESTAMP_POS, &h.encode()[BEGIN_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS]);
+        }
+        Ok(Self::from_parts(map, cfg, h))
+    }
+
+    /// Maps an existing file, which must be exactly `cfg.file_size()` bytes, and loads its header
+    /// (a stored indexCount ≤ 0 reads as 1).
+    pub fn open(path: &Path, cfg: IndexConfig) -> Result<Self> {
+        cfg.validate()?;
+        let map = MappedFile::open(path, 0, cfg.file_size())?;
+        let mut h = map.slice(0, HEADER_SIZE).and_then(IndexHeader::decode).ok_or_else(|| Error::Corruption {
+            path: path.to_owned(),
+            offset: 0,
+            reason: "index header unreadable".into(),
+        })?;
+        if h.index_count <= 0 {
+            h.index_count = 1;
+        }
+        Ok(Self::from_parts(map, cfg, h))
+    }
+
+    fn from_parts(map: MappedFile, cfg: IndexConfig, h: IndexHeader) -> Self {
+        IndexFile { map, slot_num: cfg.max_hash_slot_num, index_num: cfg.max_index_num, header: RwLock::new(h) }
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        self.map.path()
+    }
+
+    /// The file name (its creation time, see [`crate::index::index_file_name`]).
+    pub fn name(&self) -> String {
+        self.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, IndexHeader> {
+        self.header.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A copy of the in-memory header.
+    pub fn header(&self) -> IndexHeader {
+        *self.read()
+    }
+
+    /// Store time of the first indexed message (ms).
+    pub fn begin_timestamp(&self) -> i64 {
+        self.read().begin_timestamp
+    }
+
+    /// Store time of the last indexed message (ms).
+    pub fn end_timestamp(&self) -> i64 {
+        self.read().end_timestamp
+    }
+
+    /// Commitlog offset of the first indexed message.
+    pub fn begin_phy_offset(&self) -> i64 {
+        self.read().begin_phy_offset
+    }
+
+    /// Commitlog offset of the last indexed message.
+    pub fn end_phy_offset(&self) -> i64 {
+        self.read().end_phy_offset
+    }
+
+    /// Whether at least one key was put (`indexCount > 1`).
+    pub fn has_entries(&self) -> bool {
+        self.read().index_count > 1
+    }
+
+    /// `isWriteFull`: `indexCount ≥ maxIndexNum`.
+    pub fn is_write_full(&self) -> bool {
+        i64::from(self.read().index_count) >= i64::from(self.index_num)
+    }
+
+    /// `isTimeMatched(begin, end)` on the current header.
+    pub fn is_time_matched(&self, begin: i64, end: i64) -> bool {
+        self.read().is_time_matched(begin, end)
+    }
+
+    /// Exclusive access for a batch of puts (one lock for all keys of a message).
+    pub fn writer(&self) -> IndexWriter<'_> {
+        IndexWriter { file: self, header: self.header.write().unwrap_or_else(std::sync::PoisonError::into_inner) }
+    }
+
+    /// `putKey` (§7.4) of one already hashed key; false if the file is full. See [`IndexWriter::put_key`].
+    pub fn put_key(&self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> bool {
+        self.writer().put_key(key_hash, phy_offset, store_timestamp)
+    }
+
+    /// `selectPhyOffset` (§7.5) for the stored keyHash `key_hash` (see [`crate::index::key_hash`]): walks the
+    /// slot's chain newest first and, for each entry with that keyHash whose time lies in `[begin, end]`,
+    /// offers its offset to `accept`; accepted offsets not yet in `out` are appended until `out` holds
+    /// `max_num`. The walk stops at a negative timeDiff, an invalid or self-referencing prev, an entry older
+    /// than `begin`, or after `indexCount` steps (a cycle in a damaged file). Unlike RocketMQ, entry 1 reads
+    /// as stored at beginTimestamp (its true time) rather than through its possibly skewed timeDiff.
+    pub fn select_phy_offsets(
+        &self,
+        key_hash: i32,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+        out: &mut Vec<i64>,
+        accept: &mut dyn FnMut(i64) -> bool,
+    ) {
+        let h = self.read();
+        let Some(slot_value) = self.slot(key_hash) else { return };
+        if slot_value <= 0 || slot_value > h.index_count || h.index_count <= 1 {
+            return;
+        }
+        let mut n = slot_value;
+        for _ in 0..h.index_count {
+            if out.len() >= max_num {
+                break;
+            }
+            let Some(e) = self.entry(n) else { break };
+            if e.time_diff < 0 {
+                break;
+            }
+            // Entry 1 is the file's first put, stored at exactly beginTimestamp. Its timeDiff may have been
+            // taken against the previous file's endTimestamp (the §7.4 quirk), so it is not used here.
+            let time_read =
+                if n == 1 { h.begin_timestamp } else { h.begin_timestamp.wrapping_add(i64::from(e.time_diff) * 1000) };
+            let candidate =
+                e.key_hash == key_hash && begin <= time_read && time_read <= end && !out.contains(&e.phy_offset);
+            if candidate && accept(e.phy_offset) {
+                out.push(e.phy_offset);
+            }
+            if e.prev <= 0 || e.prev > h.index_count || e.prev == n || time_read < begin {
+                break;
+            }
+            n = e.prev;
+        }
+    }
+
+    /// Whether the newest entries of `key_hash`'s slot that point at `phy_offset` include one for `key_hash`,
+    /// i.e. the key was already indexed for the message at `phy_offset` (the last one indexed).
+    pub fn contains(&self, key_hash: i32, phy_offset: i64) -> bool {
+        let h = self.read();
+        self.contains_in(&h, key_hash, phy_offset)
+    }
+
+    fn contains_in(&self, h: &IndexHeader, key_hash: i32, phy_offset: i64) -> bool {
+        let Some(mut n) = self.slot(key_hash) else { return false };
+        for _ in 0..h.index_count {
+            if n <= 0 || n >= h.index_count {
+                return false;
+            }
+            let Some(e) = self.entry(n) else { return false };
+            if e.phy_offset != phy_offset {
+                return false;
+            }
+            if e.key_hash == key_hash {
+                return true;
+            }
+            if e.prev >= n {
+                return false;
+            }
+            n = e.prev;
+        }
+        false
+    }
+
+    /// Rewrites the header and forces the file to disk.
+    pub fn flush(&self) -> Result<()> {
+        {
+            let h = self.header.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.map.write(0, &h.encode());
+        }
+        self.map.flush()
+    }
+
+    /// Removes the file from disk once the last reference to it is dropped.
+    pub fn delete_on_drop(&self) {
+        self.map.delete_on_drop();
+    }
+
+    fn slot_pos(&self, key_hash: i32) -> usize {
+        // keyHash ≥ 0 (abs applied), so the remainder is a valid slot.
+        HEADER_SIZE + (key_hash.unsigned_abs() % self.slot_num) as usize * SLOT_SIZE
+    }
+
+    fn entry_pos(&self, n: i32) -> usize {
+        HEADER_SIZE + self.slot_num as usize * SLOT_SIZE + n.max(0) as usize * ENTRY_SIZE
+    }
+
+    fn slot(&self, key_hash: i32) -> Option<i32> {
+        be_i32(self.map.slice(self.slot_pos(key_hash), SLOT_SIZE)?, 0)
+    }
+
+    fn entry(&self, n: i32) -> Option<Entry> {
+        let b = self.map.slice(self.entry_pos(n), ENTRY_SIZE)?;
+        Some(Entry {
+            key_hash: be_i32(b, 0)?,
+            phy_offset: be_i64(b, 4)?,
+            time_diff: be_i32(b, 12)?,
+            prev: be_i32(b, 16)?,
+        })
+    }
+}
+
+/// Exclusive access to an [`IndexFile`] (its write lock); queries of the file wait until it is dropped.
+pub struct IndexWriter<'a> {
+    file: &'a IndexFile,
+    header: RwLockWriteGuard<'a, IndexHeader>,
+}
+
+impl IndexWriter<'_> {
+    /// The in-memory header.
+    pub fn header(&self) -> IndexHeader {
+        *self.header
+    }
+
+    /// `putKey` (§7.4): appends entry `indexCount` for `key_hash` (a stored keyHash, ≥ 0) at the head of
+    /// its slot's chain and writes the slot and the header through. Returns false, changing nothing, if
+    /// the file is full (`indexCount ≥ maxIndexNum`) or the write falls outside the mapping.
+    ///
+    /// The entry's timeDiff is taken against the header's beginTimestamp *before* this put, so the first
+    /// entry of a file stores its distance from the previous file's endTimestamp (0 for the first file).
+    pub fn put_key(&mut self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> bool {
+        let f = self.file;
+        let h = &mut *self.header;
+        if i64::from(h.index_count) >= i64::from(f.index_num) {
+            return false;
+        }
+        let slot_pos = f.slot_pos(key_hash);
+        let Some(mut slot_value) = f.map.slice(slot_pos, SLOT_SIZE).and_then(|b| be_i32(b, 0)) else {
+            return false;
+        };
+        if slot_value <= 0 || slot_value > h.index_count {
+            slot_value = 0;
+        }
+        let time_diff = store_timestamp.wrapping_sub(h.begin_timestamp) / 1000;
+        let time_diff =
+            if h.begin_timestamp <= 0 || time_diff < 0 { 0 } else { i32::try_from(time_diff).unwrap_or(i32::MAX) };
+        // Format: { keyHash i32 | phyOffset i64 | timeDiff i32 | prev i32 }
+        let mut e = [0u8; ENTRY_SIZE];
+        e[0..4].copy_from_slice(&key_hash.to_be_bytes());
+        e[4..12].copy_from_slice(&phy_offset.to_be_bytes());
+        e[12..16].copy_from_slice(&time_diff.to_be_bytes());
+        e[16..20].copy_from_slice(&slot_value.to_be_bytes());
+        if !f.map.write(f.entry_pos(h.index_count), &e) {
+            return false;
+        }
+        f.map.write(slot_pos, &h.index_count.to_be_bytes());
+        if h.index_count <= 1 {
+            h.begin_phy_offset = phy_offset;
+            h.begin_timestamp = store_timestamp;
+        }
+        if slot_value == 0 {
+            h.hash_slot_count = h.hash_slot_count.wrapping_add(1);
+        }
+        h.index_count += 1;
+        h.end_phy_offset = phy_offset;
+        h.end_timestamp = store_timestamp;
+        f.map.write(0, &h.encode());
+        true
+    }
+
+    /// [`IndexFile::contains`] under this lock.
+    pub fn contains(&self, key_hash: i32, phy_offset: i64) -> bool {
+        self.file.contains_in(&self.header, key_hash, phy_offset)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn small() -> IndexConfig {
+        IndexConfig { max_hash_slot_num: 4, max_index_num: 3, max_msgs_num_batch: 64 }
+    }
+
+    /// Golden bytes of a whole small file, pinning the layout table of the module docs.
+    #[test]
+    fn golden_small_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f");
+        let f = IndexFile::create(&path, small(), 0x10, 2000).unwrap();
+        let fresh = std::fs::read(&path).unwrap();
+        assert_eq!(fresh.len(), 40 + 16 + 60);
+        assert_eq!(
+            &fresh[..40],
+            &[
+                0, 0, 0, 0, 0, 0, 7, 0xD0, 0, 0, 0, 0, 0, 0, 7, 0xD0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0,
+                0x10, 0, 0, 0, 0, 0, 0, 0, 0
+            ]
+        );
+        assert!(f.put_key(6, 0x20, 5999)); // slot 2; timeDiff (5999 − 2000) / 1000 = 3
+        assert!(f.put_key(10, 0x30, 9000)); // slot 2 again; begin is now 5999 → timeDiff 3
+        assert!(!f.put_key(1, 0x40, 9000), "maxIndexNum 3 → 2 entries");
+        let b = std::fs::read(&path).unwrap();
+        let mut expect = vec![0u8; 116];
+        expect[..40].copy_from_slice(
+            &IndexHeader {
+                begin_timestamp: 5999,
+                end_timestamp: 9000,
+                begin_phy_offset: 0x20,
+                end_phy_offset: 0x30,
+                hash_slot_count: 1,
+                index_count: 3,
+            }
+            .encode(),
+        );
+        expect[40 + 8..40 + 12].copy_from_slice(&[0, 0, 0, 2]); // slot 2 → entry 2
+        expect[76..96].copy_from_slice(&[0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 3, 0, 0, 0, 0]);
+        expect[96..116].copy_from_slice(&[0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0x30, 0, 0, 0, 3, 0, 0, 0, 1]);
+        assert_eq!(b, expect);
+        assert_eq!(&b[..8], &5999i64.to_be_bytes());
+        assert_eq!(&b[32..40], &[0, 0, 0, 1, 0, 0, 0, 3]);
+        let reopened = IndexFile::open(&path, small()).unwrap();
+        assert_eq!(reopened.header(), f.header());
+        let mut out = Vec::new();
+        reopened.select_phy_offsets(10, 64, 0, i64::MAX, &mut out, &mut |_| true);
+        assert_eq!(out, [0x30]);
+        out.clear();
+        reopened.select_phy_offsets(6, 64, 0, i64::MAX, &mut out, &mut |_| true);
+        assert_eq!(out, [0x20]);
+    }
+
+    #[test]
+    fn header_round_trip_and_time_match() {
+        let h = IndexHeader {
+            begin_timestamp: 100,
+            end_timestamp: 200,
+            begin_phy_offset: -3,
+            end_phy_offset: i64::MAX,
+            hash_slot_count: 7,
+            index_count: -1,
+        };
+        assert_eq!(IndexHeader::decode(&h.encode()), Some(h));
+        assert_eq!(IndexHeader::decode(&[0u8; 39]), None);
+        for (b, e, want) in [
+            (50, 150, true),
+            (150, 250, true),
+            (120, 180, true),
+            (50, 250, true),
+            (100, 100, true),
+            (200, 200, true),
+            (50, 100, true),
+            (200, 300, true),
+            (50, 99, false),
+            (201, 300, false),
+            (250, 50, false),
+        ] {
+            assert_eq!(h.is_time_matched(b, e), want, "[{b}, {e}]");
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The index service (`IndexService.java`, spec §7.5): the ordered list of index files under
+//! `<root>/index/`, `buildIndex` for dispatched messages, `queryOffset` across files, rollover and
+//! expired-file deletion.
+//!
+//! Sharing: builders are serialised by the `writer` mutex, which also holds the file being written, so a
+//! dispatched message costs one mutex and one file write lock however many keys it has. Queries take the
+//! file list's read lock and each file's read lock; a rollover takes the list's write lock only to append.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use super::{
+    hash_continue, index_file_name, key_hash_from, parse_index_file_name, IndexConfig, IndexFile, IndexRequest,
+};
+use crate::error::{Error, Result};
+use crate::message::TransactionType;
+
+/// What `queryOffset` returns: the matching commitlog offsets (newest first, deduplicated) and the newest
+/// file's end values (`indexLastUpdateTimestamp`, `indexLastUpdatePhyoffset`; 0 without files).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryOffsetResult {
+    /// Commitlog offsets found, newest first.
+    pub phy_offsets: Vec<i64>,
+    /// endTimestamp of the newest index file.
+    pub index_last_update_timestamp: i64,
+    /// endPhyOffset of the newest index file.
+    pub index_last_update_phy_offset: i64,
+}
+
+/// The index files of one store and the rules for writing and querying them.
+#[derive(Debug)]
+pub struct IndexService {
+    dir: PathBuf,
+    cfg: IndexConfig,
+    clock: fn() -> i64,
+    files: RwLock<Vec<Arc<IndexFile>>>,
+    /// The file being written (the last one), held by whoever builds or rolls.
+    writer: Mutex<Option<Arc<IndexFile>>>,
+}
+
+impl IndexService {
+    /// Loads every index file in `dir` (created if missing) in file-name order, naming new files by the
+    /// wall clock. Names that are not all digits are skipped; a file whose size does not match `cfg` is an
+    /// [`Error::InvalidConfig`] (slot and entry counts are not stored, so it cannot be read).
+    pub fn load(dir: &Path, cfg: IndexConfig) -> Result<Self> {
+        Self::load_with_clock(dir, cfg, crate::commitlog::now_ms)
+    }
+
+    /// [`IndexService::load`] with a clock for new file names (tests pin it to provoke name collisions).
+    pub fn load_with_clock(dir: &Path, cfg: IndexConfig, clock: fn() -> i64) -> Result<Self> {
+        cfg.validate()?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+            let entry = entry.map_err(|e| Error::io(dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_file = entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_file();
+            // RocketMQ skips names that do not parse as a long; ours are always digits.
+            if is_file && !name.is_empty() && name.len() <= 18 && name.bytes().all(|b| b.is_ascii_digit()) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        let files =
+            names.iter().map(|n| IndexFile::open(&dir.join(n), cfg).map(Arc::new)).collect::<Result<Vec<_>>>()?;
+        let last = files.last().cloned();
+        Ok(IndexService { dir: dir.to_owned(), cfg, clock, files: RwLock::new(files), writer: Mutex::new(last) })
+    }
+
+    /// The settings the files are read and written with.
+    pub fn config(&self) -> IndexConfig {
+        self.cfg
+    }
+
+    /// The directory of the files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn list(&self) -> RwLockReadGuard<'_, Vec<Arc<IndexFile>>> {
+        self.files.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, Option<Arc<IndexFile>>> {
+        self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Paths of the files, oldest first.
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        self.list().iter().map(|f| f.path().to_owned()).collect()
+    }
+
+    /// The files, oldest first.
+    pub fn files(&self) -> Vec<Arc<IndexFile>> {
+        self.list().clone()
+    }
+
+    /// Commitlog offset of the last message with an indexed key (the newest file with entries), if any.
+    pub fn last_indexed_offset(&self) -> Option<i64> {
+        self.list().iter().rev().find(|f| f.has_entries()).map(|f| f.end_phy_offset())
+    }
+
+    /// `buildIndex` (§7.5) for one dispatched message: puts `topic#UNIQ_KEY` and `topic#token` for each
+    /// non-empty KEYS token, rolling to a new file when the current one is full. Messages below the last
+    /// file's endPhyOffset are already indexed and skipped, ROLLBACK messages are never indexed.
+    ///
+    /// Beyond RocketMQ (which re-puts every key of a message at exactly endPhyOffset), a key already
+    /// indexed for that message is not put again, so re-dispatching the last message after a crash
+    /// leaves no duplicate entries.
+    pub fn build_index(&self, req: &IndexRequest<'_>) -> Result<()> {
+        if req.transaction == TransactionType::Rollback {
+            return Ok(());
+        }
+        let tokens = req.keys.into_iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
+        let mut keys = req.uniq_key.into_iter().chain(tokens).peekable();
+        if keys.peek().is_none() {
+            return Ok(());
+        }
+        let topic_hash = hash_continue(0, req.topic);
+        let mut current = self.lock_writer();
+        // A full last file is kept for the checks below (a re-dispatched message must not open a file);
+        // the first put into it fails and rolls.
+        let mut file = match &*current {
+            Some(f) => Arc::clone(f),
+            None => self.roll(&mut current)?,
+        };
+        let (offset, ts) = (req.commitlog_offset, req.store_timestamp);
+        let end = file.end_phy_offset();
+        if offset < end {
+            return Ok(());
+        }
+        // At endPhyOffset the message may be partly indexed already (the last one before a crash). Its keys
+        // can be in this file or, if it is still empty, in the previous one.
+        let check_dup = offset == end;
+        let dup_file = if file.has_entries() { Some(Arc::clone(&file)) } else { self.previous(&file) };
+        loop {
+            let mut w = file.writer();
+            let mut rolled = false;
+            while let Some(key) = keys.peek() {
+                let hash = key_hash_from(topic_hash, key);
+                let seen = check_dup
+                    && match &dup_file {
+                        Some(d) if Arc::ptr_eq(d, &file) => w.contains(hash, offset),
+                        Some(d) => d.contains(hash, offset),
+                        None => false,
+                    };
+                if !seen && !w.put_key(hash, offset, ts) {
+                    if w.header().index_count <= 1 {
+                        return Err(Error::Corruption {
+                            path: file.path().to_owned(),
+                            offset: 0,
+                            reason: "cannot put a key into an empty index file".into(),
+                        });
+                    }
+                    rolled = true;
+                    break;
+                }
+                keys.next();
+            }
+            drop(w);
+            if !rolled {
+                return Ok(());
+            }
+            file = self.roll(&mut current)?;
+        }
+    }
+
+    fn previous(&self, file: &Arc<IndexFile>) -> Option<Arc<IndexFile>> {
+        let files = self.list();
+        let i = files.iter().position(|f| Arc::ptr_eq(f, file))?;
+        i.checked_sub(1).and_then(|p| files.get(p)).cloned()
+    }
+
+    /// Creates the next file, continuing the current one's end values, makes it current and flushes the
+    /// old one. Names come from the clock; a name not after the last file's (same millisecond, or a clock
+    /// that went back) becomes the last name's time + 1 ms, so names stay unique and ordered.
+    fn roll(&self, current: &mut MutexGuard<'_, Option<Arc<IndexFile>>>) -> Result<Arc<IndexFile>> {
+        let prev = current.clone();
+        let (prev_end, prev_ts) = prev.as_ref().map_or((0, 0), |f| (f.end_phy_offset(), f.end_timestamp()));
+        let mut ms = (self.clock)();
+        let mut name = index_file_name(ms);
+        if let Some(last_name) = prev.as_ref().map(|f| f.name()) {
+            if name <= last_name {
+                ms = parse_index_file_name(&last_name).unwrap_or(ms);
+                // A DST fold can map ms + 1 to an earlier wall-clock name; step until it sorts after.
+                for _ in 0..=3_600_000 {
+                    ms += 1;
+                    name = index_file_name(ms);
+                    if name > last_name {
+                        break;
+                    }
+                }
+                if name <= last_name {
+                    return Err(Error::InvalidConfig(format!("no index file name after {last_name}")));
+                }
+            }
+        }
+        let file = Arc::new(IndexFile::create(&self.dir.join(&name), self.cfg, prev_end, prev_ts)?);
+        self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(Arc::clone(&file));
+        **current = Some(Arc::clone(&file));
+        if let Some(p) = prev {
+            p.flush()?;
+        }
+        Ok(file)
+    }
+
+    /// `queryOffset(topic, key, maxNum, begin, end)` (§7.5): offsets of entries with the key's hash stored
+    /// in `[begin, end]`, newest file first, at most `min(max_num, maxMsgsNumBatch)`. Each candidate is
+    /// offered to `accept` (the store checks the message really has the key); only accepted ones count.
+    pub fn query(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+        accept: &mut dyn FnMut(i64) -> bool,
+    ) -> QueryOffsetResult {
+        let max_num = max_num.min(self.cfg.max_msgs_num_batch);
+        let files = self.list();
+        let mut res = QueryOffsetResult::default();
+        if let Some(last) = files.last() {
+            let h = last.header();
+            res.index_last_update_timestamp = h.end_timestamp;
+            res.index_last_update_phy_offset = h.end_phy_offset;
+        }
+        if max_num == 0 {
+            return res;
+        }
+        let hash = key_hash_from(hash_continue(0, topic), key);
+        for f in files.iter().rev() {
+            if f.is_time_matched(begin, end) {
+                f.select_phy_offsets(hash, max_num, begin, end, &mut res.phy_offsets, accept);
+            }
+            if f.begin_timestamp() < begin || res.phy_offsets.len() >= max_num {
+                break;
+            }
+        }
+        res
+    }
+
+    /// Forces every file (header rewritten first) to disk.
+    pub fn flush(&self) -> Result<()> {
+        for f in self.list().iter() {
+            f.flush()?;
+        }
+        Ok(())
+    }
+
+    /// `deleteExpiredFile(minCommitLogOffset)` (§7.5): removes files, oldest first and never the last one,
+    /// whose endPhyOffset is below `min_commitlog_offset`. Returns how many were removed; each is unlinked
+    /// once no query uses it any more.
+    pub fn delete_expired(&self, min_commitlog_offset: i64) -> usize {
+        let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = files
+            .iter()
+            .take(files.len().saturating_sub(1))
+            .take_while(|f| f.end_phy_offset() < min_commitlog_offset)
+            .count();
+        for f in files.drain(..n) {
+            f.delete_on_drop();
+        }
+        n
+    }
+}

@@ -1,0 +1,369 @@
+//! The consume queues of a store and the dispatch of commitlog records into them and into the index
+//! (spec §12: `ReputMessageService`, `CommitLogDispatcherBuildConsumeQueue`, `CommitLogDispatcherBuildIndex`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::commitlog::CommitLog;
+use crate::consume_queue::{self, ConsumeQueue};
+use crate::error::{Error, Result};
+use crate::index::{IndexRequest, IndexService};
+use crate::java::decode_utf8_lossy;
+use crate::message::decode::{check_record, CheckOptions, Invalid, RecordCheck};
+use crate::message::properties;
+use crate::message::tags::tags_code_of;
+use crate::message::{TransactionType, END_FILE_MIN_BLANK_LENGTH};
+
+type QueueMap = HashMap<String, HashMap<i32, Arc<ConsumeQueue>>>;
+
+/// Whether `topic` may name a consume-queue directory: 1..=255 bytes of `[%|a-zA-Z0-9_-]`, so it can never
+/// be a path (`..`, `/`) however the record that carries it was written.
+pub fn path_safe_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= 255
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
+}
+
+/// Every consume queue of a store: `consumequeue/<topic>/<queueId>/`.
+#[derive(Debug)]
+pub struct ConsumeQueueStore {
+    dir: PathBuf,
+    file_size: u64,
+    queues: RwLock<QueueMap>,
+}
+
+impl ConsumeQueueStore {
+    /// Loads every queue directory under `dir` (created if missing). Directories that cannot be a topic or a
+    /// queue id are left alone and returned as `skipped`, as RocketMQ ignores non-numeric queue directories.
+    pub fn load(dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut queues = QueueMap::new();
+        let mut skipped = Vec::new();
+        for topic_entry in read_dirs(dir)? {
+            let name = topic_entry.file_name().and_then(|n| n.to_str()).map(str::to_owned);
+            let Some(topic) = name.filter(|t| path_safe_topic(t)) else {
+                skipped.push(topic_entry);
+                continue;
+            };
+            for queue_entry in read_dirs(&topic_entry)? {
+                let id = queue_entry.file_name().and_then(|n| n.to_str()).and_then(crate::java::parse_int);
+                let Some(queue_id) = id.filter(|q| *q >= 0) else {
+                    skipped.push(queue_entry);
+                    continue;
+                };
+                let cq = ConsumeQueue::open(&queue_entry, &topic, queue_id, file_size)?;
+                queues.entry(topic.clone()).or_default().insert(queue_id, Arc::new(cq));
+            }
+        }
+        let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, queues: RwLock::new(queues) };
+        Ok((store, skipped))
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, QueueMap> {
+        self.queues.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The queue, if it exists.
+    pub fn find(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
+        self.read().get(topic).and_then(|q| q.get(&queue_id)).cloned()
+    }
+
+    /// The queue, created (directory only; files come with the first entry) if it does not exist.
+    pub fn find_or_create(&self, topic: &str, queue_id: i32) -> Result<Arc<ConsumeQueue>> {
+        if let Some(cq) = self.find(topic, queue_id) {
+            return Ok(cq);
+        }
+        if !path_safe_topic(topic) || queue_id < 0 {
+            return Err(Error::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: format!("cannot hold a consume queue (queue id {queue_id})"),
+            });
+        }
+        let mut map = self.queues.write().unwrap_or_else(|p| p.into_inner());
+        let queues = map.entry(topic.to_owned()).or_default();
+        if let Some(cq) = queues.get(&queue_id) {
+            return Ok(cq.clone());
+        }
+        let dir = self.dir.join(topic).join(queue_id.to_string());
+        let cq = Arc::new(ConsumeQueue::open(&dir, topic, queue_id, self.file_size)?);
+        queues.insert(queue_id, cq.clone());
+        Ok(cq)
+    }
+
+    /// Every queue, ordered by topic then queue id.
+    pub fn all(&self) -> Vec<Arc<ConsumeQueue>> {
+        let map = self.read();
+        let mut out: Vec<_> = map.values().flat_map(|q| q.values().cloned()).collect();
+        out.sort_by(|a, b| (a.topic(), a.queue_id()).cmp(&(b.topic(), b.queue_id())));
+        out
+    }
+
+    /// The queue ids of `topic`, ascending.
+    pub fn queue_ids(&self, topic: &str) -> Vec<i32> {
+        let mut ids: Vec<i32> = self.read().get(topic).map(|q| q.keys().copied().collect()).unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Flushes every queue.
+    pub fn flush(&self) -> Result<()> {
+        for cq in self.all() {
+            cq.flush()?;
+        }
+        Ok(())
+    }
+}
+
+fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        if entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The properties dispatch needs, found in one pass (the last occurrence of a name wins, as in Java's map).
+#[derive(Debug, Default)]
+struct StoreProps<'a> {
+    tags: Option<&'a [u8]>,
+    keys: Option<&'a [u8]>,
+    uniq_key: Option<&'a [u8]>,
+    delay: Option<&'a [u8]>,
+}
+
+impl<'a> StoreProps<'a> {
+    fn of(blob: &'a [u8]) -> Self {
+        let mut p = StoreProps::default();
+        for (name, value) in properties::iter_raw(blob) {
+            match name {
+                b"TAGS" => p.tags = Some(value),
+                b"KEYS" => p.keys = Some(value),
+                b"UNIQ_KEY" => p.uniq_key = Some(value),
+                b"DELAY" => p.delay = Some(value),
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// A (topic, queue) that received entries in a dispatch round, for long polling (`arriving`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub topic: String,
+    pub queue_id: i32,
+    /// The queue's max offset after the round (last queue offset + 1).
+    pub next_offset: i64,
+    /// tagsCode of the last entry.
+    pub tags_code: i64,
+    /// Store timestamp of the last entry.
+    pub store_timestamp: i64,
+}
+
+/// Something the dispatcher could not dispatch, and what it did about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchIssue {
+    /// Commitlog offset of the bad bytes.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+    /// Bytes jumped over.
+    pub skipped: u64,
+}
+
+/// What one dispatch round did.
+#[derive(Debug, Clone, Default)]
+pub struct DispatchRound {
+    /// Records dispatched (messages only; blanks excluded).
+    pub records: u64,
+    /// Consume-queue entries written.
+    pub cq_entries: u64,
+    /// Reput offset after the round.
+    pub reput_offset: u64,
+    /// Queues that received entries (only when asked for).
+    pub arrivals: Vec<Arrival>,
+    /// Problems met in this round.
+    pub issues: Vec<DispatchIssue>,
+}
+
+/// The dispatch rules, independent of threads: everything the reput loop does to one record.
+#[derive(Debug)]
+pub struct Dispatcher<'a> {
+    pub queues: &'a ConsumeQueueStore,
+    pub index: Option<&'a IndexService>,
+    pub delay_levels: &'a [i64],
+}
+
+impl Dispatcher<'_> {
+    /// Dispatches records from `from` up to `end` (a record is dispatched only if it ends at or before
+    /// `end`), at most `max_records`. Blanks jump to the next segment; a record whose TOTALSIZE disagrees with
+    /// its fields is skipped by its size (RocketMQ's "[BUG]" branch); other bad bytes skip the rest of their
+    /// segment, as a RocketMQ master does. Each skip is reported.
+    pub fn run(
+        &self,
+        log: &CommitLog,
+        from: u64,
+        end: u64,
+        max_records: u64,
+        want_arrivals: bool,
+    ) -> Result<DispatchRound> {
+        let mut round = DispatchRound { reput_offset: from, ..DispatchRound::default() };
+        let mut arrivals: HashMap<usize, Arrival> = HashMap::new();
+        let mut offset = from.max(log.min_offset());
+        let mut cache: Option<(Vec<u8>, i32, Arc<ConsumeQueue>)> = None;
+        'segments: while offset < end && round.records < max_records {
+            let Some(file) = log.queue().find(offset) else { break };
+            let limit = file.end().min(end);
+            if file.end() - offset < END_FILE_MIN_BLANK_LENGTH as u64 {
+                offset = file.end();
+                continue;
+            }
+            let mut pos = (offset - file.start()) as usize;
+            let bytes = file.slice(0, (limit - file.start()) as usize).unwrap_or_default();
+            while offset < limit && round.records < max_records {
+                let rest = bytes.get(pos..).unwrap_or_default();
+                match check_record(rest, CheckOptions::default()) {
+                    RecordCheck::Message(h) => {
+                        let size = h.total_size as u64;
+                        let record = rest.get(..size as usize).unwrap_or_default();
+                        let topic_bytes = h.topic(record);
+                        let props = StoreProps::of(h.properties(record));
+                        let code =
+                            tags_code_of(topic_bytes, props.tags, props.delay, h.store_timestamp, self.delay_levels);
+                        match code.ok() {
+                            None => round.issues.push(DispatchIssue {
+                                offset,
+                                reason: "DELAY of a SCHEDULE_TOPIC_XXXX record is not a number".into(),
+                                skipped: size,
+                            }),
+                            Some(code) => {
+                                let written = self.dispatch_record(&h, record, &props, code, &mut cache, &mut round)?;
+                                if let (true, Some(cq)) = (want_arrivals, written) {
+                                    let key = Arc::as_ptr(&cq) as usize;
+                                    let a = arrivals.entry(key).or_insert_with(|| Arrival {
+                                        topic: cq.topic().to_owned(),
+                                        queue_id: cq.queue_id(),
+                                        next_offset: 0,
+                                        tags_code: 0,
+                                        store_timestamp: 0,
+                                    });
+                                    a.next_offset = cq.max_offset() as i64;
+                                    a.tags_code = code;
+                                    a.store_timestamp = h.store_timestamp;
+                                }
+                                round.records += 1;
+                            }
+                        }
+                        offset += size;
+                        pos += size as usize;
+                    }
+                    RecordCheck::Blank { .. } => {
+                        offset = file.end();
+                        continue 'segments;
+                    }
+                    RecordCheck::Invalid { reason: Invalid::Truncated, .. } if limit < file.end() => {
+                        // The record is not fully written below `end` yet: wait for the next round.
+                        break 'segments;
+                    }
+                    RecordCheck::Invalid { reason, size: Some(size) } if size > 0 => {
+                        round.issues.push(DispatchIssue {
+                            offset,
+                            reason: format!("[BUG] {reason}; skipped by its TOTALSIZE"),
+                            skipped: size as u64,
+                        });
+                        offset += size as u64;
+                        pos += size as usize;
+                    }
+                    RecordCheck::Invalid { reason, .. } => {
+                        let skipped = file.end() - offset;
+                        if !(reason == Invalid::BadMagic(0) && rest.iter().all(|&b| b == 0)) {
+                            round.issues.push(DispatchIssue {
+                                offset,
+                                reason: format!("{reason}; the rest of the segment is skipped"),
+                                skipped,
+                            });
+                        }
+                        offset = file.end();
+                        continue 'segments;
+                    }
+                }
+            }
+        }
+        round.reput_offset = offset;
+        round.arrivals = arrivals.into_values().collect();
+        round.arrivals.sort_by(|a, b| (&a.topic, a.queue_id).cmp(&(&b.topic, b.queue_id)));
+        Ok(round)
+    }
+
+    /// Builds the consume-queue entry and the index keys of one record. Returns the queue written to.
+    fn dispatch_record(
+        &self,
+        h: &crate::message::RecordHeader,
+        record: &[u8],
+        props: &StoreProps<'_>,
+        tags_code: i64,
+        cache: &mut Option<(Vec<u8>, i32, Arc<ConsumeQueue>)>,
+        round: &mut DispatchRound,
+    ) -> Result<Option<Arc<ConsumeQueue>>> {
+        let topic_bytes = h.topic(record);
+        let topic = decode_utf8_lossy(topic_bytes);
+        let transaction = h.transaction_type();
+        let mut written = None;
+        if matches!(transaction, TransactionType::NotType | TransactionType::Commit) {
+            let cq = match cache {
+                Some((t, q, cq)) if t.as_slice() == topic_bytes && *q == h.queue_id => Some(cq.clone()),
+                _ => match self.queues.find_or_create(&topic, h.queue_id) {
+                    Ok(cq) => {
+                        *cache = Some((topic_bytes.to_vec(), h.queue_id, cq.clone()));
+                        Some(cq)
+                    }
+                    Err(e) => {
+                        round.issues.push(DispatchIssue {
+                            offset: h.physical_offset as u64,
+                            reason: format!("no consume queue: {e}"),
+                            skipped: 0,
+                        });
+                        None
+                    }
+                },
+            };
+            if let Some(cq) = cq {
+                match cq.append(h.physical_offset, h.total_size, tags_code, h.queue_offset) {
+                    Ok(consume_queue::Appended::Written { .. }) => {
+                        round.cq_entries += 1;
+                        written = Some(cq);
+                    }
+                    Ok(consume_queue::Appended::Duplicate) => {}
+                    Err(Error::InvalidOffset { reason, .. }) => round.issues.push(DispatchIssue {
+                        offset: h.physical_offset as u64,
+                        reason: format!("no consume-queue entry: {reason}"),
+                        skipped: 0,
+                    }),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if let Some(index) = self.index {
+            if transaction != TransactionType::Rollback {
+                let uniq = props.uniq_key.map(decode_utf8_lossy);
+                let keys_text = props.keys.map(decode_utf8_lossy);
+                if uniq.is_some() || keys_text.is_some() {
+                    index.build_index(&IndexRequest {
+                        topic: &topic,
+                        commitlog_offset: h.physical_offset,
+                        store_timestamp: h.store_timestamp,
+                        transaction,
+                        uniq_key: uniq.as_deref(),
+                        keys: keys_text.as_deref(),
+                    })?;
+                }
+            }
+        }
+        Ok(written)
+    }
+}
