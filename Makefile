@@ -50,7 +50,7 @@ fmt: $(VENV)/.deps
 	$(VENV)/bin/ruff check --fix python tests benches
 
 bench: build
-	cargo bench --bench commitlog --bench dispatch --bench index
+	cargo bench --bench commitlog --bench dispatch --bench index --bench get_message
 	$(PY) -m pytest benches -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
 
 clean:

@@ -81,6 +81,58 @@ impl Default for ConsumeQueueConfig {
     }
 }
 
+/// `brokerRole`: what the store serves as. Only the read path looks at it (`nextOffsetCorrection`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerRole {
+    /// A master that acknowledges before replication. RocketMQ's default.
+    AsyncMaster,
+    /// A master that acknowledges after replication.
+    SyncMaster,
+    /// A replica: error statuses of `getMessage` never move the client's offset (unless `offset_check_in_slave`).
+    Slave,
+}
+
+/// Read-path settings (`getMessage`, spec §13).
+#[derive(Debug, Clone)]
+pub struct ReadConfig {
+    /// `maxTransferBytesOnMessageInMemory`: byte cap of one pull when the data is hot. Default 262 144.
+    pub max_transfer_bytes_on_message_in_memory: u64,
+    /// `maxTransferCountOnMessageInMemory`: message cap of one pull when the data is hot. Default 32.
+    pub max_transfer_count_on_message_in_memory: u64,
+    /// `maxTransferBytesOnMessageInDisk`: byte cap of one pull when the data is cold. Default 65 536.
+    pub max_transfer_bytes_on_message_in_disk: u64,
+    /// `maxTransferCountOnMessageInDisk`: message cap of one pull when the data is cold. Default 8.
+    pub max_transfer_count_on_message_in_disk: u64,
+    /// `accessMessageInMemoryMaxRatio`: data within this percentage of physical memory from the end of the
+    /// commitlog counts as hot. Default 40.
+    pub access_message_in_memory_max_ratio: u32,
+    /// `maxFilterMessageSize`: consume-queue bytes one pull may scan past its offset (at least 20 × max
+    /// messages). Default 16 000.
+    pub max_filter_message_size: u64,
+    /// `travelCqFileNumWhenGetMessage`: consume-queue files one pull may scan while nothing matched. Default 1.
+    pub travel_cq_file_num_when_get_message: u32,
+    /// `brokerRole`. Default `AsyncMaster`.
+    pub broker_role: BrokerRole,
+    /// `offsetCheckInSlave`: let a slave correct offsets too. Default false.
+    pub offset_check_in_slave: bool,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        ReadConfig {
+            max_transfer_bytes_on_message_in_memory: 256 * 1024,
+            max_transfer_count_on_message_in_memory: 32,
+            max_transfer_bytes_on_message_in_disk: 64 * 1024,
+            max_transfer_count_on_message_in_disk: 8,
+            access_message_in_memory_max_ratio: 40,
+            max_filter_message_size: 16_000,
+            travel_cq_file_num_when_get_message: 1,
+            broker_role: BrokerRole::AsyncMaster,
+            offset_check_in_slave: false,
+        }
+    }
+}
+
 /// The whole configuration of a store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -96,6 +148,8 @@ pub struct StoreConfig {
     pub message_index_enable: bool,
     /// `messageDelayLevel`: delay levels of `SCHEDULE_TOPIC_XXXX` (their tagsCode is the delivery time).
     pub message_delay_level: String,
+    /// Read-path (`getMessage`) settings.
+    pub read: ReadConfig,
 }
 
 impl Default for StoreConfig {
@@ -107,6 +161,7 @@ impl Default for StoreConfig {
             index: crate::index::IndexConfig::default(),
             message_index_enable: true,
             message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
+            read: ReadConfig::default(),
         }
     }
 }

@@ -599,6 +599,78 @@ impl ConsumeQueue {
     pub fn files(&self) -> Vec<Arc<MappedFile>> {
         self.files.files()
     }
+
+    /// `iterateFrom(from)`: the published entries of the one file holding queue offset `from`, from that entry
+    /// to the end of the file or the max offset. `None` below the min offset, at or past the max offset, or
+    /// when the file is gone (deleted by cleanup before the min offset was corrected).
+    pub fn file_slice(&self, from: u64) -> Option<CqSlice> {
+        let logical = from.checked_mul(UNIT)?;
+        let max_logical = self.max_logical.load(Ordering::Acquire);
+        if logical < self.min_logical.load(Ordering::Acquire) || logical >= max_logical {
+            return None;
+        }
+        let file = self.files.find(logical)?;
+        let pos = usize::try_from(logical - file.start()).ok()?;
+        let len = usize::try_from(file.end().min(max_logical) - logical).ok()?;
+        file.slice(pos, len)?;
+        Some(CqSlice { file, pos, len, first: from })
+    }
+
+    /// The file-deleting half of `deleteExpiredFile(m)` (spec §6.5): removes files, oldest first and never the
+    /// last one, whose last entry points below commitlog offset `min_commitlog_offset`; stops at the first
+    /// file kept. The min offset is not changed: call [`ConsumeQueue::correct_min_offset`] after it, as
+    /// RocketMQ does. Returns how many files were removed (unlinked once no reader holds them).
+    pub fn delete_expired_files(&self, min_commitlog_offset: i64) -> usize {
+        let mut n = 0;
+        loop {
+            let files = self.files.files();
+            if files.len() <= 1 {
+                return n;
+            }
+            let Some(first) = files.first() else { return n };
+            let last_entry = first.slice((first.size() - UNIT) as usize, UNIT as usize).and_then(CqEntry::decode);
+            match last_entry {
+                Some(e) if e.offset < min_commitlog_offset => {
+                    self.files.remove_first();
+                    n += 1;
+                }
+                _ => return n,
+            }
+        }
+    }
+}
+
+/// The entries of one consume-queue file from a queue offset on ([`ConsumeQueue::file_slice`]); holds the file
+/// mapped while it lives.
+#[derive(Debug, Clone)]
+pub struct CqSlice {
+    file: Arc<MappedFile>,
+    pos: usize,
+    len: usize,
+    first: u64,
+}
+
+impl CqSlice {
+    /// Queue offset of the first entry.
+    pub fn first_offset(&self) -> u64 {
+        self.first
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len / UNIT as usize
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len < UNIT as usize
+    }
+
+    /// (queue offset, entry) pairs in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, CqEntry)> + '_ {
+        let bytes = self.file.slice(self.pos, self.len).unwrap_or_default();
+        bytes.chunks_exact(UNIT as usize).zip(self.first..).filter_map(|(b, q)| Some((q, CqEntry::decode(b)?)))
+    }
 }
 
 #[cfg(test)]

@@ -489,3 +489,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn empty_newest_file_left_by_a_killed_creation_is_removed_on_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let svc = IndexService::load(tmp.path(), small(16)).unwrap();
+        svc.build_index(&req(100, TS_A, None, Some("k1"))).unwrap();
+    }
+    // The process died after creating the next file and before setting its length.
+    let empty = tmp.path().join("29991231235959999");
+    std::fs::File::create(&empty).unwrap();
+    let svc = IndexService::load(tmp.path(), small(16)).unwrap();
+    assert!(!empty.exists());
+    assert_eq!(svc.file_paths().len(), 1);
+    assert_eq!(query_all(&svc, "k1"), vec![100]);
+    // An empty file that is not the newest cannot come from a crash: it stays an error.
+    drop(svc);
+    let old = tmp.path().join("19700101000000000");
+    std::fs::File::create(&old).unwrap();
+    assert!(matches!(IndexService::load(tmp.path(), small(16)), Err(Error::InvalidConfig(_))));
+}

@@ -10,6 +10,7 @@ import pytest
 
 import rmq
 from rmq import cli
+from rmq.offsets import ConsumerOffsetManager
 
 
 def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> None:
@@ -26,11 +27,34 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     assert first["index_files"] == 1
     out = io.StringIO()
     second = cli.run_demo(store, messages=10, segment_size=64 * 1024, fresh=False, out=out)
-    assert second["messages_before"] == first["messages_scanned"]
-    assert second["messages_scanned"] == first["messages_scanned"] + 10 + 32 + 1
+    g1 = first["consumer_group"]
+    assert isinstance(g1, dict)
+    retried = g1["sent_to_retry"]
+    assert isinstance(retried, int)
+    # The first run's consumers added its retried messages to the store after the scan.
+    assert second["messages_before"] == first["messages_scanned"] + retried
+    assert second["messages_scanned"] == second["messages_before"] + 10 + 32 + 1
     cq_max = second["consume_queue_max_offsets"]
     assert isinstance(cq_max, dict) and sum(cq_max.values()) == second["messages_scanned"]
     assert "v2 record" in out.getvalue()
+    # The consumer group: a first run consumes all 100 OrderCreated messages; the second only the 4 new ones.
+    g2 = second["consumer_group"]
+    assert isinstance(g2, dict)
+    assert g1["caught_up"] and g2["caught_up"]
+    assert g1["consumed"] == 100 and g2["consumed"] == 4
+    # seq 0 fails its first delivery (seq 250 is not an OrderCreated message of a 300-message run).
+    sent = g1["sent_to_retry"]
+    assert isinstance(sent, int) and 1 <= sent <= 8 and g1["retries_consumed"] == sent
+    owned = g1["queues_owned"]
+    assert isinstance(owned, dict) and len(owned) == 3
+    all_owned = [q for qs in owned.values() for q in qs]
+    assert sorted(all_owned) == sorted({*all_owned}) and len(all_owned) == 5  # 4 queues + the retry queue
+    reloaded = ConsumerOffsetManager(store / "config" / "consumerOffset.json")
+    assert reloaded.load()
+    assert sum(reloaded.query_offsets("demo-order-consumers", "OrderCreated").values()) == 104
+    assert reloaded.query_offsets("demo-order-consumers", "%RETRY%demo-order-consumers") == {
+        0: sent + g2["sent_to_retry"]
+    }
 
 
 def scan_lines(store: Path, from_offset: int = 0, limit: int | None = None) -> list[dict[str, object]]:
@@ -67,7 +91,10 @@ def test_scan_reads_the_store_the_demo_writes(tmp_path: Path) -> None:
     store = tmp_path / "demo"
     assert cli.main(["demo", "--store", str(store), "--messages", "20", "--fresh"]) == 0
     assert cli.main(["scan", str(store)]) == 0
-    assert len(scan_lines(store)) == 20 + 32 + 1
+    lines = scan_lines(store)
+    retried = [x for x in lines if x["topic"] == "%RETRY%demo-order-consumers"]
+    assert 1 <= len(retried) <= 8  # the consumer group's retries: the batch around seq 0
+    assert len(lines) == 20 + 32 + 1 + len(retried)
 
 
 def test_scan_of_a_missing_directory_creates_nothing(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ The files are byte-compatible with RocketMQ's own store.
 from rmq._native import (
     BoundaryType,
     CorruptionError,
+    GetMessageResult,
+    GetMessageStatus,
     InvalidConfigError,
     InvalidHostError,
     InvalidInputError,
@@ -38,6 +40,8 @@ __all__ = [
     "BoundaryType",
     "ConsumeQueueEntry",
     "CorruptionError",
+    "GetMessageResult",
+    "GetMessageStatus",
     "InvalidConfigError",
     "InvalidHostError",
     "InvalidInputError",

@@ -8,16 +8,89 @@ import json
 import random
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 import rmq
+from rmq.offsets import ConsumerOffsetManager
+from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer, retry_topic
 
 DEMO_TOPICS = ("OrderCreated", "PaymentSettled", "InventoryReserved")
 #: A retry topic long enough (200 chars) to need a v2 record.
 DEMO_LONG_TOPIC = "%RETRY%" + "ConsumerGroup-" + "x" * (200 - len("%RETRY%ConsumerGroup-"))
+DEMO_GROUP = "demo-order-consumers"
+DEMO_CONSUMED_TOPIC = DEMO_TOPICS[0]
+
+
+def consume_demo(store: rmq.MessageStore, timeout: float = 60.0) -> dict[str, object]:
+    """A group of three push consumers consumes everything new on `OrderCreated`; one message in 250 fails its
+    first delivery, so its batch of 8 comes back through the group's retry topic. Offsets persist to
+    `<store>/config/consumerOffset.json`, so a second run consumes only what was added since."""
+    offsets = ConsumerOffsetManager(store.consumer_offset_path)
+    offsets.load()
+    lock = threading.Lock()
+    deliveries: collections.Counter[str] = collections.Counter()
+    retried_ok = 0
+
+    def listener(msgs: list[rmq.MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        nonlocal retried_ok
+        with lock:
+            for m in msgs:
+                deliveries[ctx.consumer_id] += 1
+                retried_ok += m.reconsume_times > 0
+        if any(m.reconsume_times == 0 and json.loads(m.body)["seq"] % 250 == 0 for m in msgs):
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def caught_up() -> bool:
+        topics = [DEMO_CONSUMED_TOPIC, retry_topic(DEMO_GROUP)]
+        return all(
+            offsets.query_offset(DEMO_GROUP, t, q) >= store.get_max_offset_in_queue(t, q)
+            for t in topics
+            for q in store.queue_ids(t)
+        )
+
+    consumers = [
+        PushConsumer(
+            store,
+            DEMO_GROUP,
+            DEMO_CONSUMED_TOPIC,
+            listener,
+            offsets=offsets,
+            consumer_id=f"demo-consumer-{i}",
+            consume_thread_nums=2,
+            consume_message_batch_max_size=8,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        )
+        for i in range(3)
+    ]
+    started = time.perf_counter()
+    for c in consumers:
+        c.start()
+    owned = {c.consumer_id: [f"{q.topic}/{q.queue_id}" for q in c.assigned_queues()] for c in consumers}
+    deadline = time.monotonic() + timeout
+    while not caught_up() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    done = caught_up()
+    for c in consumers:
+        c.shutdown()
+    elapsed = time.perf_counter() - started
+    return {
+        "group": DEMO_GROUP,
+        "consumers": len(consumers),
+        "queues_owned": owned,
+        "deliveries": dict(sorted(deliveries.items())),
+        "consumed": sum(c.stats.consumed for c in consumers),
+        "sent_to_retry": sum(c.stats.sent_to_retry for c in consumers),
+        "retries_consumed": retried_ok,
+        "caught_up": done,
+        "committed": {f"{t}/{q}": n for t, tq in sorted(offsets.table().items()) for q, n in sorted(tq.items())},
+        "offsets_file": str(offsets.path),
+        "seconds": round(elapsed, 3),
+    }
 
 
 def run_demo(
@@ -89,6 +162,7 @@ def run_demo(
             total_bytes += msg.store_size
             ipv6_hosts += msg.born_host.startswith("[")
             crc_ok += msg.body_crc_ok
+        consumed = consume_demo(store)
         first = store.read(put_offsets[0]) if put_offsets else None
         long_msg = store.read(retry.wrote_offset)
         assert long_msg is not None
@@ -111,6 +185,7 @@ def run_demo(
             "key_lookups_ok": all(offset in hit_offsets for _, _, hit_offsets, offset in by_key),
             "time_lookups_ok": all(lo <= qo <= up for *_, lo, up, qo in by_time),
             "index_files": index_files,
+            "consumer_group": consumed,
         }
     say(f"wrote {summary['messages_written']} messages ({messages} single puts, a batch of {batch.msg_num}, ")
     say(f"  one {len(DEMO_LONG_TOPIC)}-char retry topic stored as a v{summary['long_topic_record_version']} record)")
@@ -130,6 +205,17 @@ def run_demo(
         say(f"first message of this run: msg_id={first.msg_id} uniq_key={first.uniq_key}")
         say(f"  topic={first.topic} queue={first.queue_id}/{first.queue_offset} tags={first.tags} keys={first.keys}")
         say(f"  born_host={first.born_host} store_host={first.store_host} properties={first.properties}")
+    owned = consumed["queues_owned"]
+    assert isinstance(owned, dict)
+    say(f"consumer group {DEMO_GROUP}: {len(owned)} push consumers on {DEMO_CONSUMED_TOPIC}, queues shared:")
+    for cid, queues in owned.items():
+        say(f"  {cid}: {', '.join(queues) or '-'}")
+    say(
+        f"  consumed {consumed['consumed']} messages in {consumed['seconds']}s; {consumed['sent_to_retry']} (whole"
+        f" batches around a failing message) went to {retry_topic(DEMO_GROUP)} and were consumed again;"
+        f" caught up: {consumed['caught_up']}"
+    )
+    say(f"  committed offsets in {consumed['offsets_file']}: {consumed['committed']}")
     say(f"done in {elapsed:.2f}s")
     return summary
 

@@ -11,6 +11,7 @@ from rmq import _native
 from rmq.reput import ReputMessageService
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
+BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,25 @@ class StoreConfig:
     message_index_enable: bool = True
     #: `messageDelayLevel`: delay levels; the tagsCode of SCHEDULE_TOPIC_XXXX entries is the delivery time.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: `maxTransferBytesOnMessageInMemory`: byte cap of one `get_message` when its data is hot.
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    #: `maxTransferCountOnMessageInMemory`: message cap of one `get_message` when its data is hot.
+    max_transfer_count_on_message_in_memory: int = 32
+    #: `maxTransferBytesOnMessageInDisk`: byte cap of one `get_message` when its data is cold.
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    #: `maxTransferCountOnMessageInDisk`: message cap of one `get_message` when its data is cold.
+    max_transfer_count_on_message_in_disk: int = 8
+    #: `accessMessageInMemoryMaxRatio`: data within this percentage of physical memory from the end of the
+    #: commitlog counts as hot.
+    access_message_in_memory_max_ratio: int = 40
+    #: `maxFilterMessageSize`: consume-queue bytes one `get_message` may scan (at least 20 x max messages).
+    max_filter_message_size: int = 16_000
+    #: `travelCqFileNumWhenGetMessage`: consume-queue files one `get_message` may scan while nothing matched.
+    travel_cq_file_num_when_get_message: int = 1
+    #: `brokerRole`: a SLAVE never moves a reader's offset on error statuses (unless `offset_check_in_slave`).
+    broker_role: BrokerRole = "ASYNC_MASTER"
+    #: `offsetCheckInSlave`: let a slave correct offsets too.
+    offset_check_in_slave: bool = False
 
     def to_native(self) -> dict[str, Any]:
         """The settings as the extension module takes them."""
@@ -132,6 +152,11 @@ class MessageStore(_native.MessageStore):
         self.reput = ReputMessageService(self)
         if start_reput:
             self.reput.start()
+
+    @property
+    def consumer_offset_path(self) -> str:
+        """`<root>/config/consumerOffset.json`, where RocketMQ's broker keeps consumer offsets (spec §9.1)."""
+        return os.path.join(self.path, "config", "consumerOffset.json")
 
     def close(self) -> None:
         """Stops the reput service, dispatches what is left, flushes everything and closes. Idempotent."""

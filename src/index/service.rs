@@ -61,6 +61,15 @@ impl IndexService {
             }
         }
         names.sort();
+        // A newest file of 0 bytes was being created when the process died (before its length was set): it holds
+        // nothing, so it goes, as an empty last segment does in `FileQueue::load`.
+        if let Some(last) = names.last() {
+            let path = dir.join(last);
+            if std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len() == 0 {
+                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                names.pop();
+            }
+        }
         let files =
             names.iter().map(|n| IndexFile::open(&dir.join(n), cfg).map(Arc::new)).collect::<Result<Vec<_>>>()?;
         let last = files.last().cloned();

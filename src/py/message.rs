@@ -90,6 +90,21 @@ py_enum! {
     }
 }
 
+py_enum! {
+    /// RocketMQ's `GetMessageStatus`: the outcome of `get_message`.
+    GetMessageStatus <=> crate::store::get::GetMessageStatus {
+        Found = "FOUND" <=> Found,
+        NoMatchedMessage = "NO_MATCHED_MESSAGE" <=> NoMatchedMessage,
+        MessageWasRemoving = "MESSAGE_WAS_REMOVING" <=> MessageWasRemoving,
+        OffsetFoundNull = "OFFSET_FOUND_NULL" <=> OffsetFoundNull,
+        OffsetOverflowBadly = "OFFSET_OVERFLOW_BADLY" <=> OffsetOverflowBadly,
+        OffsetOverflowOne = "OFFSET_OVERFLOW_ONE" <=> OffsetOverflowOne,
+        OffsetTooSmall = "OFFSET_TOO_SMALL" <=> OffsetTooSmall,
+        NoMatchedLogicQueue = "NO_MATCHED_LOGIC_QUEUE" <=> NoMatchedLogicQueue,
+        NoMessageInQueue = "NO_MESSAGE_IN_QUEUE" <=> NoMessageInQueue,
+    }
+}
+
 /// A message to put in a batch: body plus what may differ between members.
 #[pyclass(frozen, module = "rmq._native")]
 pub struct Message {
@@ -490,6 +505,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Message>()?;
     m.add_class::<MessageExt>()?;
     m.add_class::<BoundaryType>()?;
+    m.add_class::<GetMessageStatus>()?;
     m.add_class::<RecordView>()?;
     m.add_class::<PutResult>()?;
     Ok(())

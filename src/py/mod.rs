@@ -2,6 +2,7 @@
 //! zero-copy buffers only; every rule lives in the core.
 
 mod errors;
+mod get;
 mod message;
 mod store;
 
@@ -13,6 +14,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     message::register(m)?;
+    get::register(m)?;
     store::register(m)?;
     Ok(())
 }

@@ -12,11 +12,12 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::to_py;
+use super::get::GetMessageResult;
 use super::message::{
     extract_properties, join_keys, BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType,
 };
 use crate::commitlog::Record;
-use crate::config::{FlushDiskType, StoreConfig};
+use crate::config::{BrokerRole, FlushDiskType, StoreConfig};
 use crate::error::Error;
 use crate::store::{self, BatchItem, PutMessage};
 
@@ -62,6 +63,30 @@ fn config_from_dict(d: Option<&Bound<'_, PyDict>>) -> PyResult<StoreConfig> {
             "message_delay_level" => c.message_delay_level = v.extract()?,
             "store_host" => c.broker.store_host = parse_host(&v.extract::<String>()?)?,
             "broker_cluster_name" => c.broker.broker_cluster_name = v.extract()?,
+            "max_transfer_bytes_on_message_in_memory" => {
+                c.read.max_transfer_bytes_on_message_in_memory = v.extract()?
+            }
+            "max_transfer_count_on_message_in_memory" => {
+                c.read.max_transfer_count_on_message_in_memory = v.extract()?
+            }
+            "max_transfer_bytes_on_message_in_disk" => c.read.max_transfer_bytes_on_message_in_disk = v.extract()?,
+            "max_transfer_count_on_message_in_disk" => c.read.max_transfer_count_on_message_in_disk = v.extract()?,
+            "access_message_in_memory_max_ratio" => c.read.access_message_in_memory_max_ratio = v.extract()?,
+            "max_filter_message_size" => c.read.max_filter_message_size = v.extract()?,
+            "travel_cq_file_num_when_get_message" => c.read.travel_cq_file_num_when_get_message = v.extract()?,
+            "offset_check_in_slave" => c.read.offset_check_in_slave = v.extract()?,
+            "broker_role" => {
+                c.read.broker_role = match v.extract::<String>()?.as_str() {
+                    "ASYNC_MASTER" => BrokerRole::AsyncMaster,
+                    "SYNC_MASTER" => BrokerRole::SyncMaster,
+                    "SLAVE" => BrokerRole::Slave,
+                    other => {
+                        return Err(to_py(Error::InvalidConfig(format!(
+                            "broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {other:?}"
+                        ))))
+                    }
+                }
+            }
             other => return Err(to_py(Error::InvalidConfig(format!("unknown setting {other:?}")))),
         }
     }
@@ -437,6 +462,31 @@ impl MessageStore {
     fn get_message_store_timestamp(&self, py: Python<'_>, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
         let inner = &self.inner;
         py.detach(|| inner.message_store_timestamp(topic, queue_id, queue_offset))
+    }
+
+    /// `getMessage` (spec §13): up to `max_msgs` messages of (topic, queue_id) from queue `offset` whose tag
+    /// matches `subscription` (`*` or None for all, or `TagA || TagB`), within `max_total_msg_size` bytes and
+    /// the hot/cold caps. One call, GIL released; the messages are views of the commitlog, not copies.
+    #[pyo3(signature = (group, topic, queue_id, offset, max_msgs=32, subscription=None, max_total_msg_size=crate::store::get::MAX_PULL_SIZE))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_message(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: u32,
+        subscription: Option<&str>,
+        max_total_msg_size: u64,
+    ) -> PyResult<GetMessageResult> {
+        let inner = &self.inner;
+        let sub =
+            subscription.map_or_else(crate::store::get::Subscription::all, crate::store::get::Subscription::parse);
+        let res = py
+            .detach(|| inner.get_message(group, topic, queue_id, offset, max_msgs, max_total_msg_size, &sub))
+            .map_err(to_py)?;
+        Ok(GetMessageResult::new(res))
     }
 
     /// `lookMessageByOffset`: the message at commitlog `offset` (and of `size` bytes, if given), or None

@@ -2,6 +2,7 @@
 //! and the read path by physical offset, over one store directory.
 
 pub mod dispatch;
+pub mod get;
 pub mod validate;
 
 use std::collections::HashMap;

@@ -1,0 +1,211 @@
+"""The pull consumer and long polling, on top of `MessageStore.get_message`.
+
+rmq runs RocketMQ's broker and client halves in one process: a pull goes straight to the store's read path
+(`get_message`, in Rust with the GIL released), and its `GetMessageStatus` is translated the way the broker's
+`PullMessageProcessor` and the client's `PullAPIWrapper` translate it:
+
+| store status | broker response | `PullStatus` |
+|---|---|---|
+| FOUND | SUCCESS | FOUND |
+| NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING | PULL_RETRY_IMMEDIATELY | NO_MATCHED_MSG |
+| OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL | PULL_NOT_FOUND | NO_NEW_MSG |
+| OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL | PULL_OFFSET_MOVED | OFFSET_ILLEGAL |
+| NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE | PULL_NOT_FOUND at 0, else OFFSET_MOVED | NO_NEW_MSG, OFFSET_ILLEGAL |
+
+Long polling (`ArrivalWaiter`): a pull that finds nothing new waits for the reput service to report an arrival
+in its queue (or a timeout) instead of polling.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rmq._native import GetMessageStatus, MessageExt
+from rmq.rebalance import MessageQueue
+
+if TYPE_CHECKING:
+    from rmq.offsets import ConsumerOffsetManager
+    from rmq.store import MessageStore
+
+#: The broker name rmq gives its one store in `MessageQueue`s.
+BROKER_NAME = "broker-a"
+#: `defaultTopicQueueNums`: queues a topic is taken to have before any message reaches them.
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+
+class PullStatus(enum.Enum):
+    """The client's `PullStatus`."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """One pull: status, where to pull next, the queue's bounds, and the messages (decoded lazily)."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt]
+
+
+def pull_status(status: GetMessageStatus, offset: int) -> PullStatus:
+    """Translates a store status as the broker and the client do (see the module table)."""
+    if status == GetMessageStatus.FOUND:
+        return PullStatus.FOUND
+    if status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
+        return PullStatus.NO_MATCHED_MSG
+    if status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_FOUND_NULL):
+        return PullStatus.NO_NEW_MSG
+    if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+        return PullStatus.NO_NEW_MSG if offset == 0 else PullStatus.OFFSET_ILLEGAL
+    return PullStatus.OFFSET_ILLEGAL
+
+
+class ArrivalWaiter:
+    """Long polling for one store: waits until a queue holds messages past an offset, woken by the reput
+    service's arrival notifications (RocketMQ's `PullRequestHoldService` + `NotifyMessageArrivingListener`).
+
+    One per store (`ArrivalWaiter.of(store)`); it registers itself as an arrival listener.
+    """
+
+    _by_store: weakref.WeakKeyDictionary[MessageStore, ArrivalWaiter] = weakref.WeakKeyDictionary()
+    _registry_lock = threading.Lock()
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = weakref.ref(store)
+        self._cond = threading.Condition()
+        #: Arrival notifications received (for tests and stats).
+        self.arrivals = 0
+        store.reput.add_listener(self._arrived)
+
+    @classmethod
+    def of(cls, store: MessageStore) -> ArrivalWaiter:
+        """The store's waiter, created on first use."""
+        with cls._registry_lock:
+            waiter = cls._by_store.get(store)
+            if waiter is None:
+                waiter = cls(store)
+                cls._by_store[store] = waiter
+            return waiter
+
+    def _arrived(self, topic: str, queue_id: int, next_offset: int) -> None:
+        with self._cond:
+            self.arrivals += 1
+            self._cond.notify_all()
+
+    def notify_all(self) -> None:
+        """Wakes every waiter (on shutdown or rebalance)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_beyond(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
+        """Waits until (topic, queue_id) has a dispatched message at or after `offset`, or `timeout` seconds.
+
+        Returns whether there is one. Wakes on arrivals, never polls the store in between.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                store = self._store()
+                if store is None or store.closed:
+                    return False
+                if store.get_max_offset_in_queue(topic, queue_id) > offset:
+                    return True
+                del store
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+
+    def wait_arrival_since(self, seen: int, timeout: float) -> None:
+        """Waits up to `timeout` seconds for an arrival anywhere, unless one came since `arrivals` was `seen`."""
+        with self._cond:
+            if self.arrivals == seen:
+                self._cond.wait(timeout)
+
+
+def as_queue(mq: MessageQueue | tuple[str, int]) -> MessageQueue:
+    """A `MessageQueue` of this store from either form."""
+    if isinstance(mq, MessageQueue):
+        return mq
+    topic, queue_id = mq
+    return MessageQueue(topic, BROKER_NAME, queue_id)
+
+
+def topic_queues(store: MessageStore, topic: str, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> list[MessageQueue]:
+    """The topic's queues, sorted: those holding messages plus `0..queue_nums-1` (the configured count)."""
+    ids = set(store.queue_ids(topic)) | set(range(queue_nums))
+    return [MessageQueue(topic, BROKER_NAME, q) for q in sorted(ids)]
+
+
+class PullConsumer:
+    """`DefaultLitePullConsumer` / `DefaultMQPullConsumer` in one process: the caller chooses queues and
+    offsets; committed offsets go to a `ConsumerOffsetManager` if one is given.
+    """
+
+    def __init__(self, store: MessageStore, group: str, *, offsets: ConsumerOffsetManager | None = None) -> None:
+        if not group:
+            raise ValueError("group must not be empty")
+        self.store = store
+        self.group = group
+        self.offsets = offsets
+        self._waiter = ArrivalWaiter.of(store)
+
+    def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's queues (see `topic_queues`)."""
+        return topic_queues(self.store, topic)
+
+    def pull(
+        self, mq: MessageQueue | tuple[str, int], offset: int, max_nums: int = 32, subscription: str | None = "*"
+    ) -> PullResult:
+        """One pull of up to `max_nums` messages from `offset` whose tag matches `subscription`."""
+        q = as_queue(mq)
+        if max_nums < 1:
+            raise ValueError("max_nums must be at least 1")
+        r = self.store.get_message(self.group, q.topic, q.queue_id, offset, max_nums, subscription)
+        status = pull_status(r.status, offset)
+        msgs = r.messages if status == PullStatus.FOUND else []
+        return PullResult(status, r.next_begin_offset, r.min_offset, r.max_offset, msgs)
+
+    def pull_block_if_not_found(
+        self,
+        mq: MessageQueue | tuple[str, int],
+        offset: int,
+        max_nums: int = 32,
+        subscription: str | None = "*",
+        timeout: float = 15.0,
+    ) -> PullResult:
+        """A long-polling pull: when nothing new is there, waits up to `timeout` seconds for an arrival."""
+        q = as_queue(mq)
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.pull(q, offset, max_nums, subscription)
+            remaining = deadline - time.monotonic()
+            if r.status != PullStatus.NO_NEW_MSG or remaining <= 0:
+                return r
+            if not self._waiter.wait_beyond(q.topic, q.queue_id, offset, remaining):
+                return self.pull(q, offset, max_nums, subscription)
+
+    def update_consume_offset(self, mq: MessageQueue | tuple[str, int], offset: int) -> None:
+        """Commits `offset` (the next message to consume) for the queue."""
+        q = as_queue(mq)
+        if self.offsets is None:
+            raise RuntimeError("no ConsumerOffsetManager was given")
+        self.offsets.commit_offset(self.group, q.topic, q.queue_id, offset)
+
+    def fetch_consume_offset(self, mq: MessageQueue | tuple[str, int]) -> int:
+        """The committed offset of the queue, −1 if none."""
+        q = as_queue(mq)
+        if self.offsets is None:
+            raise RuntimeError("no ConsumerOffsetManager was given")
+        return self.offsets.query_offset(self.group, q.topic, q.queue_id)

@@ -1,0 +1,97 @@
+//! `GetMessageResult`: what `get_message` returns to Python. The messages stay views of their commitlog
+//! records; `messages` wraps them as lazily decoded `MessageExt`, `raw` as zero-copy `RecordView`s.
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use super::message::{GetMessageStatus, MessageExt, RecordView};
+use crate::store::get;
+
+/// The result of one `get_message` call.
+#[pyclass(frozen, module = "rmq._native")]
+pub struct GetMessageResult {
+    inner: get::GetMessageResult,
+}
+
+impl GetMessageResult {
+    pub(crate) fn new(inner: get::GetMessageResult) -> Self {
+        GetMessageResult { inner }
+    }
+}
+
+#[pymethods]
+impl GetMessageResult {
+    /// The outcome.
+    #[getter]
+    fn status(&self) -> GetMessageStatus {
+        self.inner.status.into()
+    }
+    /// The queue offset to pull from next.
+    #[getter]
+    fn next_begin_offset(&self) -> i64 {
+        self.inner.next_begin_offset
+    }
+    /// The queue's min offset when the call ran (0 for a missing queue).
+    #[getter]
+    fn min_offset(&self) -> i64 {
+        self.inner.min_offset
+    }
+    /// The queue's max offset when the call ran (0 for a missing queue).
+    #[getter]
+    fn max_offset(&self) -> i64 {
+        self.inner.max_offset
+    }
+    /// Whether the reader is so far behind that a replica should serve it.
+    #[getter]
+    fn suggest_pulling_from_slave(&self) -> bool {
+        self.inner.suggest_pulling_from_slave
+    }
+    /// Messages whose tagsCode matched but whose tag did not (hash collisions filtered out).
+    #[getter]
+    fn filter_message_count(&self) -> u32 {
+        self.inner.filter_message_count
+    }
+    /// Sum of the returned records' sizes.
+    #[getter]
+    fn buffer_total_size(&self) -> u64 {
+        self.inner.buffer_total_size
+    }
+    /// Number of messages.
+    #[getter]
+    fn message_count(&self) -> usize {
+        self.inner.messages.len()
+    }
+    fn __len__(&self) -> usize {
+        self.inner.messages.len()
+    }
+    /// Queue offset of each message.
+    #[getter]
+    fn queue_offsets(&self) -> Vec<i64> {
+        self.inner.queue_offsets.clone()
+    }
+    /// The messages as `MessageExt`, decoded field by field on access.
+    #[getter]
+    fn messages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.inner.messages.iter().map(|r| MessageExt::new(r.clone())))
+    }
+    /// The messages as zero-copy `RecordView`s of their commitlog bytes.
+    #[getter]
+    fn raw<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.inner.messages.iter().map(RecordView::of))
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "GetMessageResult(status={}, next_begin_offset={}, messages={}, min_offset={}, max_offset={})",
+            self.inner.status.name(),
+            self.inner.next_begin_offset,
+            self.inner.messages.len(),
+            self.inner.min_offset,
+            self.inner.max_offset
+        )
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<GetMessageResult>()?;
+    Ok(())
+}

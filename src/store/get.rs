@@ -1,0 +1,370 @@
+//! The read path `getMessage` (spec §13): statuses, `nextOffsetCorrection`, the consume-queue scan with its
+//! filter, size and hot/cold batch limits, and tag subscriptions (spec §4).
+//!
+//! Messages are handed over as [`Record`]s: each shares its commitlog segment (no copy) and is decoded only
+//! when a field is read.
+
+use std::sync::OnceLock;
+
+use super::MessageStore;
+use crate::commitlog::Record;
+use crate::config::{BrokerRole, ReadConfig};
+use crate::consume_queue::{roll_next_file, UNIT};
+use crate::error::Result;
+use crate::java::{decode_utf8_lossy, string_hash};
+use crate::message::properties::{self, keys};
+
+/// `GetMessageStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GetMessageStatus {
+    /// At least one message returned.
+    Found,
+    /// In range, but every entry examined was filtered out (or none was examined).
+    NoMatchedMessage,
+    /// The commitlog bytes of the first candidates are gone (deleted by cleanup).
+    MessageWasRemoving,
+    /// In range, but the consume-queue file holding the offset is gone.
+    OffsetFoundNull,
+    /// The offset is past the max offset.
+    OffsetOverflowBadly,
+    /// The offset equals the max offset: nothing new yet.
+    OffsetOverflowOne,
+    /// The offset is below the min offset.
+    OffsetTooSmall,
+    /// The queue does not exist (nothing was ever dispatched to it).
+    NoMatchedLogicQueue,
+    /// The queue exists and is empty (max offset 0).
+    NoMessageInQueue,
+}
+
+impl GetMessageStatus {
+    /// RocketMQ's constant name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GetMessageStatus::Found => "FOUND",
+            GetMessageStatus::NoMatchedMessage => "NO_MATCHED_MESSAGE",
+            GetMessageStatus::MessageWasRemoving => "MESSAGE_WAS_REMOVING",
+            GetMessageStatus::OffsetFoundNull => "OFFSET_FOUND_NULL",
+            GetMessageStatus::OffsetOverflowBadly => "OFFSET_OVERFLOW_BADLY",
+            GetMessageStatus::OffsetOverflowOne => "OFFSET_OVERFLOW_ONE",
+            GetMessageStatus::OffsetTooSmall => "OFFSET_TOO_SMALL",
+            GetMessageStatus::NoMatchedLogicQueue => "NO_MATCHED_LOGIC_QUEUE",
+            GetMessageStatus::NoMessageInQueue => "NO_MESSAGE_IN_QUEUE",
+        }
+    }
+}
+
+/// A tag subscription (`SubscriptionData` built by `FilterAPI.build`): `*` (or empty) takes everything,
+/// otherwise the tags separated by `||`, trimmed, empty ones dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    tags: Vec<String>,
+    codes: Vec<i32>,
+}
+
+impl Subscription {
+    /// Every message.
+    pub fn all() -> Self {
+        Subscription { tags: Vec::new(), codes: Vec::new() }
+    }
+
+    /// Parses a tag expression such as `TagA || TagB`.
+    pub fn parse(expression: &str) -> Self {
+        let e = expression.trim();
+        if e.is_empty() || e == "*" {
+            return Self::all();
+        }
+        let mut tags: Vec<String> = Vec::new();
+        for t in e.split("||").map(str::trim).filter(|t| !t.is_empty()) {
+            if !tags.iter().any(|x| x == t) {
+                tags.push(t.to_owned());
+            }
+        }
+        if tags.is_empty() {
+            return Self::all();
+        }
+        let codes = tags.iter().map(|t| string_hash(t)).collect();
+        Subscription { tags, codes }
+    }
+
+    /// Whether every message matches.
+    pub fn is_all(&self) -> bool {
+        self.tags.is_empty()
+    }
+
+    /// The subscribed tags (empty for `*`).
+    pub fn tags(&self) -> &[String] {
+        &self.tags
+    }
+
+    /// `isMatchedByConsumeQueue`: the entry's tagsCode, truncated to 32 bits, is one of the tags' hashes.
+    pub fn matches_tags_code(&self, tags_code: i64) -> bool {
+        self.is_all() || self.codes.contains(&(tags_code as i32))
+    }
+
+    /// The exact check on the stored message: its `TAGS` value is one of the subscribed tags, so a tag with
+    /// the same hash never gets through (RocketMQ leaves this to the client).
+    pub fn matches_record(&self, record: &Record) -> bool {
+        if self.is_all() {
+            return true;
+        }
+        let bytes = record.bytes();
+        let Some(tags) = properties::get_raw(record.header.properties(bytes), keys::TAGS) else { return false };
+        let tags = decode_utf8_lossy(tags);
+        self.tags.iter().any(|t| t.as_str() == tags)
+    }
+}
+
+/// What `getMessage` returns.
+#[derive(Debug, Clone)]
+pub struct GetMessageResult {
+    /// The outcome.
+    pub status: GetMessageStatus,
+    /// The queue offset to pull from next.
+    pub next_begin_offset: i64,
+    /// The queue's min offset (0 for a missing queue).
+    pub min_offset: i64,
+    /// The queue's max offset (0 for a missing queue).
+    pub max_offset: i64,
+    /// The messages, in queue order, each a view of its commitlog record.
+    pub messages: Vec<Record>,
+    /// The queue offset of each message.
+    pub queue_offsets: Vec<i64>,
+    /// Sum of the records' sizes.
+    pub buffer_total_size: u64,
+    /// Messages dropped by the exact tag check after their tagsCode matched (`filterMessageCount`).
+    pub filter_message_count: u32,
+    /// The reader is far behind (more than the hot share of memory): a replica could serve it.
+    pub suggest_pulling_from_slave: bool,
+}
+
+impl GetMessageResult {
+    fn status_only(status: GetMessageStatus, next: i64, min: i64, max: i64) -> Self {
+        GetMessageResult {
+            status,
+            next_begin_offset: next,
+            min_offset: min,
+            max_offset: max,
+            messages: Vec::new(),
+            queue_offsets: Vec::new(),
+            buffer_total_size: 0,
+            filter_message_count: 0,
+            suggest_pulling_from_slave: false,
+        }
+    }
+}
+
+/// `maxPullSize` ceiling: 128 MiB.
+pub const MAX_PULL_SIZE: u64 = 128 * 1024 * 1024;
+
+/// `StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE`: physical memory from the OS, 24 GiB if unknown.
+pub fn total_physical_memory() -> u64 {
+    static MEM: OnceLock<u64> = OnceLock::new();
+    *MEM.get_or_init(|| physical_memory().unwrap_or(24 * 1024 * 1024 * 1024))
+}
+
+#[allow(unsafe_code)]
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf only reads its integer argument and returns a value; it touches no memory of ours.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let pages = u64::try_from(pages).ok()?;
+    let page_size = u64::try_from(page_size).ok()?;
+    pages.checked_mul(page_size).filter(|&m| m > 0)
+}
+
+/// The share of memory whose data counts as hot (`TOTAL_PHYSICAL_MEMORY_SIZE × ratio / 100`).
+fn hot_bytes(cfg: &ReadConfig) -> u64 {
+    (total_physical_memory() as f64 * (f64::from(cfg.access_message_in_memory_max_ratio) / 100.0)) as u64
+}
+
+/// `isTheBatchFull` with batchNum 1.
+fn batch_full(cfg: &ReadConfig, size: u64, max_msgs: u64, max_pull: u64, total: u64, count: u64, hot: bool) -> bool {
+    if total == 0 || count == 0 {
+        return false;
+    }
+    if count + 1 > max_msgs || total + size > max_pull {
+        return true;
+    }
+    if hot {
+        total + size > cfg.max_transfer_bytes_on_message_in_memory
+            || count > cfg.max_transfer_count_on_message_in_memory.saturating_sub(1)
+    } else {
+        total + size > cfg.max_transfer_bytes_on_message_in_disk
+            || count > cfg.max_transfer_count_on_message_in_disk.saturating_sub(1)
+    }
+}
+
+impl MessageStore {
+    /// `nextOffsetCorrection(old, new)`: a slave keeps the client's offset unless `offset_check_in_slave`.
+    fn next_offset_correction(&self, old: i64, new: i64) -> i64 {
+        let r = &self.config.read;
+        if r.broker_role != BrokerRole::Slave || r.offset_check_in_slave {
+            new
+        } else {
+            old
+        }
+    }
+
+    /// `getMessage(group, topic, queueId, offset, maxMsgNums, maxTotalMsgSize, filter)` (spec §13): up to
+    /// `max_msgs` messages of the queue from `offset` that match `subscription`, within the byte and hot/cold
+    /// caps, with the status and the offset to pull from next. `group` is only for the caller's bookkeeping,
+    /// as in RocketMQ. Fails only when the store is closed.
+    #[allow(clippy::too_many_arguments)] // RocketMQ's signature, argument for argument
+    pub fn get_message(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: u32,
+        max_total_msg_size: u64,
+        subscription: &Subscription,
+    ) -> Result<GetMessageResult> {
+        use GetMessageStatus as S;
+        let _ = group;
+        self.check_open()?;
+        let Some(cq) = self.queues.find(topic, queue_id) else {
+            return Ok(GetMessageResult::status_only(
+                S::NoMatchedLogicQueue,
+                self.next_offset_correction(offset, 0),
+                0,
+                0,
+            ));
+        };
+        let (min, max) = (cq.min_offset() as i64, cq.max_offset() as i64);
+        let early =
+            |status, new| Ok(GetMessageResult::status_only(status, self.next_offset_correction(offset, new), min, max));
+        if max == 0 {
+            return early(S::NoMessageInQueue, 0);
+        }
+        if offset < min {
+            return early(S::OffsetTooSmall, min);
+        }
+        if offset == max {
+            return early(S::OffsetOverflowOne, offset);
+        }
+        if offset > max {
+            return early(S::OffsetOverflowBadly, max);
+        }
+        let cfg = &self.config.read;
+        let max_msgs = u64::from(max_msgs);
+        let max_filter_bytes = cfg.max_filter_message_size.max(max_msgs.saturating_mul(UNIT));
+        let max_pull = max_total_msg_size.clamp(100, MAX_PULL_SIZE);
+        let max_offset_py = self.commitlog.max_offset() as i64;
+        let commitlog_min = self.commitlog.min_offset() as i64;
+        let hot = hot_bytes(cfg);
+        let mut res = GetMessageResult::status_only(S::NoMatchedMessage, offset, min, max);
+        let expect =
+            max_msgs.min((max - offset) as u64).min(cfg.max_transfer_count_on_message_in_memory.max(1)) as usize;
+        res.messages.reserve(expect);
+        res.queue_offsets.reserve(expect);
+        let mut max_phy_pulling = 0i64;
+        let mut files_left = cfg.travel_cq_file_num_when_get_message;
+        while res.messages.is_empty() && res.next_begin_offset < max && files_left > 0 {
+            files_left -= 1;
+            let next = res.next_begin_offset;
+            let Some(slice) = cq.file_slice(next as u64) else {
+                res.status = S::OffsetFoundNull;
+                res.next_begin_offset =
+                    self.next_offset_correction(next, roll_next_file(next as u64, cq.entries_per_file()) as i64);
+                break;
+            };
+            let mut next_phy_file_start = i64::MIN;
+            for (q, e) in slice.iter() {
+                let q = q as i64;
+                if q >= max {
+                    break;
+                }
+                let size = u64::try_from(e.size).unwrap_or(0);
+                let in_mem = max_offset_py.saturating_sub(e.offset) as u64 <= hot;
+                if ((q - offset) as u64).saturating_mul(UNIT) >= max_filter_bytes
+                    || batch_full(
+                        cfg,
+                        size,
+                        max_msgs,
+                        max_pull,
+                        res.buffer_total_size,
+                        res.messages.len() as u64,
+                        in_mem,
+                    )
+                    || res.buffer_total_size >= max_pull
+                {
+                    break;
+                }
+                max_phy_pulling = e.offset;
+                res.next_begin_offset = q + 1;
+                if next_phy_file_start != i64::MIN && e.offset < next_phy_file_start {
+                    continue;
+                }
+                if !subscription.matches_tags_code(e.tags_code) {
+                    if res.messages.is_empty() {
+                        res.status = S::NoMatchedMessage;
+                    }
+                    continue;
+                }
+                let record = if e.offset < commitlog_min || e.is_pre_blank() {
+                    None
+                } else {
+                    // A record that is not there (or not what the entry says) is as good as removed.
+                    self.commitlog.read(e.offset as u64).ok().flatten().filter(|r| r.header.total_size == e.size)
+                };
+                let Some(record) = record else {
+                    if res.messages.is_empty() {
+                        res.status = S::MessageWasRemoving;
+                    }
+                    let seg = self.commitlog.file_size() as i64;
+                    next_phy_file_start = (e.offset.max(0) / seg + 1) * seg;
+                    continue;
+                };
+                if !subscription.matches_record(&record) {
+                    if res.messages.is_empty() {
+                        res.status = S::NoMatchedMessage;
+                    }
+                    res.filter_message_count += 1;
+                    continue;
+                }
+                res.buffer_total_size += size;
+                res.messages.push(record);
+                res.queue_offsets.push(q);
+                res.status = S::Found;
+                next_phy_file_start = i64::MIN;
+            }
+        }
+        res.suggest_pulling_from_slave = max_offset_py.saturating_sub(max_phy_pulling) as u64 > hot;
+        Ok(res)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscription_parsing() {
+        assert!(Subscription::parse("*").is_all());
+        assert!(Subscription::parse("  ").is_all());
+        assert!(Subscription::parse(" || ").is_all());
+        let s = Subscription::parse("TagA || TagB||TagA");
+        assert_eq!(s.tags(), ["TagA", "TagB"]);
+        assert!(s.matches_tags_code(2598919));
+        assert!(!s.matches_tags_code(0));
+        // tagsCode is compared on its low 32 bits, as RocketMQ casts it to int.
+        let p = Subscription::parse("polygenelubricants");
+        assert!(p.matches_tags_code(-2147483648));
+        assert!(p.matches_tags_code(0x7_8000_0000));
+    }
+
+    #[test]
+    fn batch_full_rules() {
+        let cfg = ReadConfig::default();
+        assert!(!batch_full(&cfg, 10_000_000, 1, 100, 0, 0, true), "the first message always fits");
+        assert!(batch_full(&cfg, 1, 1, 1 << 30, 1, 1, true), "count");
+        assert!(batch_full(&cfg, 101, 64, 200, 100, 1, true), "maxPullSize");
+        assert!(batch_full(&cfg, 1, 64, 1 << 30, 256 * 1024, 1, true), "hot bytes");
+        assert!(!batch_full(&cfg, 1, 64, 1 << 30, 1000, 31, true));
+        assert!(batch_full(&cfg, 1, 64, 1 << 30, 1000, 32, true), "hot count 32");
+        assert!(batch_full(&cfg, 1, 64, 1 << 30, 1000, 8, false), "cold count 8");
+        assert!(batch_full(&cfg, 1, 64, 1 << 30, 64 * 1024, 1, false), "cold bytes");
+        assert!(total_physical_memory() > 0);
+    }
+}

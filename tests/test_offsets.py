@@ -1,0 +1,445 @@
+"""`ConsumerOffsetManager` and `consumerOffset.json` (spec §9.2, §9.3, §16.10; tests spec §3.7, A.10).
+
+`tests/data/consumerOffset-rocketmq-5.3.1.json` was written by Apache RocketMQ 5.3.1's own
+`ConsumerOffsetManager.encode(true)` (fastjson 1.2.83) after these commits, in this order:
+TopicTest@GID_A {0:250, 1:250, 2:249, 3:251}, %RETRY%GID_A@GID_A {0:0}, `T"xé\\n`@G2 {17:5}, Orders@G2 {100:7},
+then one `DataVersion.nextVersion()`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rmq
+from conftest import SMALL
+from rmq.offsets import ConsumerOffsetManager, DataVersion, OffsetFileError, decode_offsets, encode_offsets
+
+DATA = Path(__file__).parent / "data"
+JAVA_FILE = DATA / "consumerOffset-rocketmq-5.3.1.json"
+JAVA_COMMITS = [
+    ("GID_A", "TopicTest", 0, 250),
+    ("GID_A", "TopicTest", 1, 250),
+    ("GID_A", "TopicTest", 2, 249),
+    ("GID_A", "TopicTest", 3, 251),
+    ("GID_A", "%RETRY%GID_A", 0, 0),
+    ("G2", 'T"x\u00e9\n', 17, 5),
+    ("G2", "Orders", 100, 7),
+]
+
+SPEC_EXAMPLE = """{
+\t"dataVersion":{
+\t\t"counter":3,
+\t\t"stateVersion":0,
+\t\t"timestamp":1700000000000
+\t},
+\t"groupTopicMap":{
+\t\t"GID_A":["%RETRY%GID_A","TopicTest"]
+\t},
+\t"offsetTable":{
+\t\t"TopicTest@GID_A":{0:250,1:250,2:249,3:251
+\t\t},
+\t\t"%RETRY%GID_A@GID_A":{0:0
+\t\t}
+\t}
+}"""
+
+
+def java_timestamp(text: str) -> int:
+    m = re.search(r'"timestamp":(\d+)', text)
+    assert m is not None
+    return int(m.group(1))
+
+
+# -- the file format -----------------------------------------------------------------------------------------
+
+
+def test_encoding_is_byte_identical_to_rocketmq() -> None:
+    java = JAVA_FILE.read_text(encoding="utf-8")
+    table: dict[str, dict[int, int]] = {}
+    for group, topic, q, o in JAVA_COMMITS:
+        table.setdefault(f"{topic}@{group}", {})[q] = o
+    assert encode_offsets(table, DataVersion(1, 0, java_timestamp(java))) == java
+
+
+def test_empty_manager_matches_rocketmq() -> None:
+    # ConsumerOffsetManager().encode(true) on RocketMQ 5.3.1.
+    expected = '{\n\t"dataVersion":{\n\t\t"counter":0,\n\t\t"stateVersion":0,\n\t\t"timestamp":5\n\t},\n' + (
+        '\t"groupTopicMap":{},\n\t"offsetTable":{}\n}'
+    )
+    assert encode_offsets({}, DataVersion(0, 0, 5)) == expected
+
+
+def test_rocketmq_file_loads_and_round_trips_to_the_same_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    path.write_bytes(JAVA_FILE.read_bytes())
+    m = ConsumerOffsetManager(path)
+    assert m.load()
+    assert m.query_offsets("GID_A", "TopicTest") == {0: 250, 1: 250, 2: 249, 3: 251}
+    assert m.query_offset("G2", 'T"x\u00e9\n', 17) == 5
+    assert m.query_offset("G2", "Orders", 100) == 7
+    assert m.data_version.counter == 1
+    assert m.groups() == {"GID_A", "G2"}
+    assert m.topics_of("GID_A") == {"TopicTest", "%RETRY%GID_A"}
+    # Nothing changed: persisting keeps the version and rewrites the same bytes.
+    m.persist()
+    assert path.read_bytes() == JAVA_FILE.read_bytes()
+    assert (tmp_path / "consumerOffset.json.bak").read_bytes() == JAVA_FILE.read_bytes()
+
+
+def test_spec_example_with_unquoted_keys_decodes() -> None:
+    table, version = decode_offsets(SPEC_EXAMPLE)
+    assert table == {"TopicTest@GID_A": {0: 250, 1: 250, 2: 249, 3: 251}, "%RETRY%GID_A@GID_A": {0: 0}}
+    assert version == DataVersion(3, 0, 1700000000000)
+
+
+def test_strict_json_with_quoted_keys_decodes() -> None:
+    text = '{"offsetTable": {"T@G": {"0": 5, "-1": 7}}, "dataVersion": {"counter": 2}, "extra": [1, 2.5, null]}'
+    table, version = decode_offsets(text)
+    assert table == {"T@G": {0: 5, -1: 7}}
+    assert version.counter == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        '{"offsetTable":{"T@G":{0:}}}',
+        '{"offsetTable":{"T@G":{x:1}}}',
+        '{"offsetTable":{"T@G":{0:1.5}}}',
+        '{"offsetTable":{"T@G":{0:9223372036854775808}}}',
+        '{"offsetTable":{"T@G":{4294967296:1}}}',
+        '{"offsetTable":[]}',
+        '{"dataVersion":{"counter":"x"}}',
+        '{"offsetTable":{}} trailing',
+        '{"offsetTable":{"T@G":{0:1,}}}',
+        "\x00\x00\x00",
+    ],
+)
+def test_malformed_files_raise_typed_errors(text: str) -> None:
+    with pytest.raises(OffsetFileError):
+        decode_offsets(text)
+
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(lambda s: "@" not in s)
+tables = st.dictionaries(
+    st.tuples(names, names).map(lambda tg: f"{tg[0]}@{tg[1]}"),
+    st.dictionaries(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1), max_size=6),
+    max_size=8,
+)
+
+
+@given(tables, st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1))
+@settings(max_examples=300, deadline=None)
+def test_encode_decode_round_trip(table: dict[str, dict[int, int]], counter: int, ts: int) -> None:
+    version = DataVersion(counter, 0, ts)
+    text = encode_offsets(table, version)
+    assert decode_offsets(text) == (table, version)
+
+
+# -- the manager (A.10) -------------------------------------------------------------------------------------
+
+
+def test_commit_and_query(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    assert m.query_offset("G", "T", 0) == -1
+    m.commit_offset("G", "T", 0, 100)
+    assert m.query_offset("G", "T", 0) == 100
+    assert m.query_offset("G", "T", 1) == -1
+    assert m.query_offset("G", "Other", 0) == -1  # unknown topic of a known group
+    m.commit_offset("G", "T", 0, 40)  # a smaller offset is accepted (a rewind)
+    assert m.query_offset("G", "T", 0) == 40
+    with pytest.raises(ValueError):
+        m.commit_offset("", "T", 0, 1)
+    assert m.table() == {"T@G": {0: 40}}
+
+
+def test_clean_by_topic_is_exact(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    m.commit_offset("FooBarGroup", "FooBar", 1, 2)
+    m.commit_offset("FooBarGroup", "FooBar", 2, 3)
+    m.commit_offset("FooBarGroup", "FooBarBaz", 1, 9)
+    m.clean_topic("InvalidTopic")
+    assert m.query_offsets("FooBarGroup", "FooBar") == {1: 2, 2: 3}
+    m.clean_topic("FooBar")
+    assert m.table() == {"FooBarBaz@FooBarGroup": {1: 9}}
+
+
+def test_remove_group_clears_committed_reset_and_pull_offsets(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    m.commit_offset("FooBarGroup", "FooBar", 0, 100)
+    m.assign_reset_offset("FooBarGroup", "FooBar", 0, 100)
+    m.commit_pull_offset("FooBarGroup", "FooBar", 0, 100)
+    m.commit_offset("Other", "FooBar", 0, 5)
+    m.remove_group("FooBarGroup")
+    assert m.table() == {"FooBar@Other": {0: 5}}
+    assert not m.has_reset_offset("FooBarGroup", "FooBar", 0)
+    assert m.query_pull_offset("FooBarGroup", "FooBar", 0) == -1
+    # A pull offset falls back to the committed one, and reads -1 once both are gone.
+    m.commit_offset("G", "T", 0, 7)
+    assert m.query_pull_offset("G", "T", 0) == 7
+    m.commit_pull_offset("G", "T", 0, 9)
+    assert m.query_pull_offset("G", "T", 0) == 9
+    m.clear_pull_offset("G", "T")
+    assert m.query_pull_offset("G", "T", 0) == 7
+    m.remove_group("G")
+    assert m.query_pull_offset("G", "T", 0) == -1
+
+
+def test_reset_offset_wins_and_is_one_shot(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    m.commit_offset("G", "T", 0, 50)
+    m.assign_reset_offset("G", "T", 0, 10)
+    assert m.query_offset("G", "T", 0) == 10
+    m.commit_offset("G", "T", 0, 60)
+    assert m.query_offset("G", "T", 0) == 10  # the reset still wins until taken
+    assert m.query_then_erase_reset_offset("G", "T", 0) == 10
+    assert m.query_then_erase_reset_offset("G", "T", 0) is None
+    assert m.query_offset("G", "T", 0) == 60
+    for bad in (("", "T", 0, 1), ("G", "", 0, 1), ("G", "T", -1, 1), ("G", "T", 0, -1)):
+        m.assign_reset_offset(*bad)
+    assert not m.has_reset_offset("G", "T", 0)
+    assert m.query_offset("G", "T", 0) == 60
+
+
+def test_persist_and_load_in_a_fresh_manager(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "consumerOffset.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("G1", "T", 0, 1)
+    m.commit_offset("G1", "T", 1, 3)
+    m.persist()
+    assert m.data_version.counter == 1
+    m.persist()  # unchanged: no new version
+    assert m.data_version.counter == 1
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.table() == {"T@G1": {0: 1, 1: 3}}
+    assert fresh.data_version == m.data_version
+
+
+def test_persist_keeps_the_previous_file_as_bak(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("G", "T", 0, 1)
+    m.persist()
+    first = path.read_text()
+    m.commit_offset("G", "T", 0, 2)
+    m.persist(sync=False)
+    assert (tmp_path / "o.json.bak").read_text() == first
+    assert decode_offsets(path.read_text())[0] == {"T@G": {0: 2}}
+    assert not (tmp_path / "o.json.tmp").exists()
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "garbage", "truncated"])
+def test_load_falls_back_to_bak(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("G", "T", 0, 1)
+    m.persist()
+    m.commit_offset("G", "T", 0, 2)
+    m.persist()
+    text = path.read_text()
+    if damage == "missing":
+        path.unlink()
+    elif damage == "empty":
+        path.write_text("")
+    elif damage == "garbage":
+        path.write_bytes(b"\xff\xfe not json")
+    else:
+        path.write_text(text[: len(text) // 2])
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.query_offset("G", "T", 0) == 1
+
+
+def test_load_with_no_files_is_empty_and_both_bad_reports_failure(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    assert m.load()
+    assert m.table() == {}
+    (tmp_path / "o.json").write_text("{bad")
+    (tmp_path / "o.json.bak").write_text("")
+    assert not m.load()
+    assert m.table() == {}
+
+
+CRASH_CHILD = """
+import os, signal, sys
+import rmq.offsets as o
+path, stage = sys.argv[1], sys.argv[2]
+m = o.ConsumerOffsetManager(path)
+assert m.load()
+m.commit_offset("G", "T", 0, 2)
+def die(s):
+    if s == stage:
+        os.kill(os.getpid(), signal.SIGKILL)
+o._fault_point = die
+m.persist()
+"""
+
+
+@pytest.mark.parametrize("stage", ["written", "rotated", "renamed"])
+def test_crash_during_persist_never_leaves_an_unreadable_file(tmp_path: Path, stage: str) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("G", "T", 0, 1)
+    m.persist()
+    m.commit_offset("G", "T", 1, 5)
+    m.persist()  # a .bak exists too
+    proc = subprocess.run([sys.executable, "-c", CRASH_CHILD, str(path), stage], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    # Killed before the new file took the name: the old state; after: the new one. Never neither.
+    assert fresh.query_offset("G", "T", 0) == (2 if stage == "renamed" else 1)
+    if stage == "rotated":
+        assert not path.exists()  # the window the .bak fallback exists for
+    # The next persist recovers the normal layout.
+    fresh.commit_offset("G", "T", 0, 3)
+    fresh.persist()
+    again = ConsumerOffsetManager(path)
+    assert again.load() and again.query_offset("G", "T", 0) == 3
+
+
+def test_background_thread_persists_periodically(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path, flush_interval_ms=20, start_thread=True)
+    try:
+        m.commit_offset("G", "T", 0, 42)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if path.exists() and decode_offsets(path.read_text())[0] == {"T@G": {0: 42}}:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the offset was not persisted by the background thread")
+        m.commit_offset("G", "T", 0, 43)
+    finally:
+        m.close()  # stops the thread and persists the last commit
+    assert decode_offsets(path.read_text())[0] == {"T@G": {0: 43}}
+    assert not any(t.name == "ConsumerOffsetFlush" for t in threading.enumerate())
+    with pytest.raises(ValueError):
+        ConsumerOffsetManager(path, flush_interval_ms=0)
+
+
+def test_concurrent_commits_and_persists_stay_consistent(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+
+    def committer(q: int) -> None:
+        for off in range(1, 501):
+            m.commit_offset("G", "T", q, off)
+            if off % 50 == 0:
+                m.persist(sync=False)
+
+    threads = [threading.Thread(target=committer, args=(q,)) for q in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    m.persist()
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.query_offsets("G", "T") == {0: 500, 1: 500, 2: 500, 3: 500}
+
+
+def test_reset_offset_by_time(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", SMALL) as store:
+        for i in range(20):
+            store.put("T", b"m%d" % i, queue_id=i % 2)
+            if i == 9:
+                time.sleep(0.01)
+        assert store.wait_dispatched()
+        cut = store.get_message_store_timestamp("T", 1, 5)  # message 11, the first after the pause
+        m = ConsumerOffsetManager(tmp_path / "o.json")
+        m.commit_offset("G", "T", 0, 8)
+        m.commit_offset("G", "T", 1, 2)
+        # Without force only queues whose target is behind the committed offset move back.
+        assert m.reset_offset_by_time(store, "G", "T", cut, force=False) == {0: 5, 1: 2}
+        assert m.query_offsets("G", "T") == {0: 5, 1: 2}
+        # With force every queue goes to the timestamp.
+        assert m.reset_offset_by_time(store, "G", "T", cut) == {0: 5, 1: 5}
+        assert m.query_offset("G", "T", 1) == 5
+        assert m.query_then_erase_reset_offset("G", "T", 1) == 5
+        # -1 means the end; only the queues asked for change.
+        assert m.reset_offset_by_time(store, "G", "T", -1, queue_ids=[0]) == {0: 10}
+        assert m.query_offsets("G", "T") == {0: 10, 1: 5}
+        # A timestamp before everything goes to the first message.
+        assert m.reset_offset_by_time(store, "G", "T", 0) == {0: 0, 1: 0}
+
+
+def test_persisted_file_is_readable_by_a_context_manager_exit(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    with ConsumerOffsetManager(path, flush_interval_ms=10_000, start_thread=True) as m:
+        m.commit_offset("G", "T", 3, 9)
+    assert decode_offsets(path.read_text(encoding="utf-8"))[0] == {"T@G": {3: 9}}
+    os.remove(path)
+
+
+# -- the commit journal -------------------------------------------------------------------------------------
+
+JOURNAL_CHILD = """
+import os, signal, sys
+import rmq.offsets as o
+m = o.ConsumerOffsetManager(sys.argv[1])
+assert m.load()
+for off in range(1, 101):
+    m.commit_offset("G", "T", off % 4, off, journal=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_journaled_commits_survive_sigkill_without_a_persist(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "consumerOffset.json"
+    proc = subprocess.run([sys.executable, "-c", JOURNAL_CHILD, str(path)], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    assert not path.exists() and (tmp_path / "config" / "consumerOffset.json.journal").exists()
+    m = ConsumerOffsetManager(path)
+    assert m.load()
+    assert m.query_offsets("G", "T") == {1: 97, 2: 98, 3: 99, 0: 100}
+    # A persist folds the journal into the snapshot and removes it.
+    m.persist()
+    assert not m.journal_path.exists()
+    assert decode_offsets(path.read_text())[0] == {"T@G": {0: 100, 1: 97, 2: 98, 3: 99}}
+
+
+def test_journal_replays_only_commits_after_the_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("G", "T", 0, 5, journal=True)
+    m.persist()  # snapshot, data version 1; the journal is folded in
+    m.commit_offset("G", "T", 0, 7, journal=True)
+    m.commit_offset("G", "T", 1, 3, journal=True)
+    with open(m.journal_path, "ab") as f:
+        f.write(b'[0,"G","T",0,1]\n')  # a stale line from before the snapshot: ignored
+        f.write(b'[1,"G","T",1,4')  # a torn last line: skipped
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.query_offsets("G", "T") == {0: 7, 1: 3}
+
+
+def test_big_journal_is_folded_into_a_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rmq.offsets
+
+    monkeypatch.setattr(rmq.offsets, "JOURNAL_COMPACT_BYTES", 200)
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+    for off in range(50):
+        m.commit_offset("G", "T", 0, off, journal=True)
+    assert path.exists()
+    assert m.journal_path.stat().st_size <= 200
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load() and fresh.query_offset("G", "T", 0) == 49
+    m.close()
+    assert not m.journal_path.exists()

@@ -1,0 +1,284 @@
+"""Push consumer groups: queues shared by a rebalance strategy with exactly one owner each after every join and
+leave, at-least-once delivery with committed offsets, retries through `%RETRY%<group>` and the dead-letter
+queue, batch sizes, and a consumer process killed with SIGKILL mid-batch."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import rmq
+from conftest import small_config
+from rmq.offsets import ConsumerOffsetManager
+from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer, dlq_topic, retry_topic
+from rmq.rebalance import AllocateMessageQueueAveragelyByCircle, MessageQueue
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+CFG = small_config(mapped_file_size_commit_log=1 << 20)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+class Recorder:
+    """A listener that records (topic, queue, queue offset, body) of every delivery."""
+
+    def __init__(self, fail: Callable[[rmq.MessageExt], bool] = lambda m: False) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, int, int, bytes, int]] = []
+        self.batches: list[int] = []
+        self.fail = fail
+
+    def __call__(self, msgs: list[rmq.MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        with self.lock:
+            self.batches.append(len(msgs))
+            for m in msgs:
+                assert (m.topic, m.queue_id) == (ctx.queue.topic, ctx.queue.queue_id)
+                self.seen.append((m.topic, m.queue_id, m.queue_offset, m.body, m.reconsume_times))
+        if any(self.fail(m) for m in msgs):
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def bodies(self) -> collections.Counter[bytes]:
+        with self.lock:
+            return collections.Counter(b for _, _, _, b, _ in self.seen)
+
+
+def put_all(store: rmq.MessageStore, n: int, queues: int = 8, topic: str = "Orders") -> list[bytes]:
+    bodies = []
+    for i in range(n):
+        body = b"order-%05d" % i
+        store.put(topic, body, queue_id=i % queues, tags="created")
+        bodies.append(body)
+    # The group learns a topic's queues from its consume queues (there is no topic config yet).
+    assert store.wait_dispatched()
+    return bodies
+
+
+def owners(consumers: list[PushConsumer]) -> dict[MessageQueue, list[str]]:
+    """The group's queue owners, read under the group lock (between rebalances); all from `consumers`."""
+    out = consumers[0].group_owners()
+    ids = {c.consumer_id for c in consumers}
+    assert all(set(v) <= ids for v in out.values()), out
+    return out
+
+
+def test_group_of_three_shares_queues_and_consumes_everything(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        bodies = put_all(store, 400)
+        offsets = ConsumerOffsetManager(tmp_path / "consumerOffset.json")
+        rec = Recorder()
+        group = [
+            PushConsumer(store, "G", "Orders", rec, offsets=offsets, consumer_id=f"c{i}", consume_from_where=FIRST)
+            for i in range(3)
+        ]
+        topic_queues = [MessageQueue("Orders", "broker-a", q) for q in range(8)]
+        started: list[PushConsumer] = []
+        for c in group:
+            c.start()
+            started.append(c)
+            own = owners(started)
+            assert sorted(q for q in own if q.topic == "Orders") == topic_queues
+            assert all(len(v) == 1 for v in own.values()), own
+        sizes = sorted(sum(1 for q in c.assigned_queues() if q.topic == "Orders") for c in group)
+        assert sizes == [2, 3, 3], "AVG: 8 queues over 3 consumers"
+        wait_until(lambda: set(rec.bodies()) == set(bodies))
+        # One member leaves: the other two take its queues, each queue still has one owner.
+        group[1].shutdown()
+        own = owners([group[0], group[2]])
+        assert sorted(q for q in own if q.topic == "Orders") == topic_queues
+        assert all(len(v) == 1 for v in own.values())
+        more = [b"late-%d" % i for i in range(40)]
+        for i, b in enumerate(more):
+            store.put("Orders", b, queue_id=i % 8)
+        wait_until(lambda: set(more) <= set(rec.bodies()))
+        for c in (group[0], group[2]):
+            c.shutdown()
+        # Committed offsets reached the end of every queue, and they were persisted.
+        reloaded = ConsumerOffsetManager(tmp_path / "consumerOffset.json")
+        reloaded.load()
+        for q in range(8):
+            assert reloaded.query_offset("G", "Orders", q) == store.get_max_offset_in_queue("Orders", q)
+
+
+def test_other_strategy_and_batches(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        bodies = put_all(store, 200, queues=4)
+        rec = Recorder()
+        offsets = ConsumerOffsetManager(tmp_path / "o.json")
+        c = PushConsumer(
+            store,
+            "G",
+            "Orders",
+            rec,
+            offsets=offsets,
+            consume_from_where=FIRST,
+            strategy=AllocateMessageQueueAveragelyByCircle(),
+            consume_message_batch_max_size=8,
+            consume_thread_nums=1,
+        )
+        with c:
+            wait_until(lambda: sum(rec.bodies().values()) >= len(bodies))
+        assert max(rec.batches) == 8 and all(1 <= b <= 8 for b in rec.batches)
+        assert rec.bodies() == collections.Counter(bodies), "each exactly once without failures"
+
+
+def test_consume_from_last_offset_skips_history(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        put_all(store, 20, queues=4)
+        store.wait_dispatched()
+        rec = Recorder()
+        with PushConsumer(store, "G", "Orders", rec, offsets=ConsumerOffsetManager(tmp_path / "o.json")):
+            store.put("Orders", b"new", queue_id=2)
+            wait_until(lambda: b"new" in rec.bodies())
+            time.sleep(0.1)
+        assert list(rec.bodies()) == [b"new"]
+
+
+def test_tag_subscription(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        for i in range(30):
+            store.put("T", b"%d" % i, queue_id=i % 2, tags=["Aa", "BB", "C"][i % 3])
+        rec = Recorder()
+        with PushConsumer(
+            store,
+            "G",
+            "T",
+            rec,
+            offsets=ConsumerOffsetManager(tmp_path / "o.json"),
+            subscription="BB",
+            consume_from_where=FIRST,
+            topic_queue_nums=2,
+        ):
+            wait_until(lambda: len(rec.bodies()) == 10)
+            time.sleep(0.1)
+        assert sorted(int(b) for b in rec.bodies()) == list(range(1, 30, 3))
+
+
+def test_retries_then_dead_letter_queue(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        store.put("T", b"ok", queue_id=0, keys=["k-ok"])
+        store.put("T", b"flaky", queue_id=0, keys=["k-flaky"], properties={"biz": "1"})
+        store.put("T", b"poison", queue_id=0)
+        rec = Recorder(fail=lambda m: m.body == b"poison" or (m.body == b"flaky" and m.reconsume_times < 2))
+        offsets = ConsumerOffsetManager(tmp_path / "o.json")
+        c = PushConsumer(
+            store, "G", "T", rec, offsets=offsets, consume_from_where=FIRST, max_reconsume_times=3, topic_queue_nums=1
+        )
+        with c:
+            wait_until(lambda: store.get_max_offset_in_queue(dlq_topic("G"), 0) == 1)
+            wait_until(lambda: rec.bodies()[b"flaky"] == 3)
+        counts = rec.bodies()
+        assert counts[b"ok"] == 1
+        assert counts[b"flaky"] == 3, "original + 2 retries, the third try succeeds"
+        assert counts[b"poison"] == 4, "original + max_reconsume_times retries"
+        assert c.stats.sent_to_dlq == 1 and c.stats.sent_to_retry == 2 + 3
+        # Retried messages live in %RETRY%G with the original topic, id, keys and properties.
+        retry = [m for m in store.scan() if m.topic == retry_topic("G")]
+        assert [m.reconsume_times for m in retry if m.body == b"flaky"] == [1, 2]
+        first = next(m for m in retry if m.body == b"flaky")
+        original = next(m for m in store.scan() if m.body == b"flaky" and m.topic == "T")
+        assert first.properties["RETRY_TOPIC"] == "T"
+        assert first.properties["ORIGIN_MESSAGE_ID"] == original.msg_id
+        assert first.properties["biz"] == "1" and first.keys == ["k-flaky"]
+        assert first.uniq_key == original.uniq_key
+        dead = [m for m in store.scan() if m.topic == dlq_topic("G")]
+        assert [(m.body, m.reconsume_times) for m in dead] == [(b"poison", 4)]
+        # Offsets of the topic and of the retry topic are committed past everything.
+        assert offsets.query_offset("G", "T", 0) == 3
+        assert offsets.query_offset("G", retry_topic("G"), 0) == store.get_max_offset_in_queue(retry_topic("G"), 0)
+
+
+def test_listener_exception_counts_as_reconsume_later(tmp_path: Path) -> None:
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        store.put("T", b"boom", queue_id=0)
+        calls: list[int] = []
+
+        def listener(msgs: list[rmq.MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            calls.append(msgs[0].reconsume_times)
+            if len(calls) == 1:
+                raise RuntimeError("transient")
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        c = PushConsumer(
+            store,
+            "G",
+            "T",
+            listener,
+            offsets=ConsumerOffsetManager(tmp_path / "o.json"),
+            consume_from_where=FIRST,
+            topic_queue_nums=1,
+        )
+        with c:
+            wait_until(lambda: len(calls) == 2)
+        assert calls == [0, 1] and c.stats.listener_errors == 1
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import rmq
+    from rmq.offsets import ConsumerOffsetManager
+    from rmq.push import ConsumeFromWhere, ConsumeStatus, PushConsumer
+
+    root, log_path, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    log = open(log_path, "a", buffering=1)
+    store = rmq.MessageStore(root, rmq.StoreConfig(mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=6000, max_hash_slot_num=512, max_index_num=2048))
+    offsets = ConsumerOffsetManager(os.path.join(root, "config", "consumerOffset.json"))
+    offsets.load()
+    count = 0
+
+    def listener(msgs, ctx):
+        global count
+        for i, m in enumerate(msgs):
+            log.write(m.body.decode() + "\\n")
+            count += 1
+            # Die in the middle of a batch: its first messages are consumed, its offset not committed.
+            if kill_after and count >= kill_after and i == 2 and len(msgs) > 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(store, "G", "Orders", listener, offsets=offsets, consume_thread_nums=1,
+        consume_message_batch_max_size=8, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    c.start()
+    while True:
+        time.sleep(1)
+    """
+)
+
+
+def test_sigkill_mid_batch_loses_nothing_and_duplicates_at_most_the_batch(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, CFG) as store:
+        bodies = [b.decode() for b in put_all(store, 600, queues=4)]
+    log_path = tmp_path / "consumed.log"
+    run = [sys.executable, "-c", CHILD, str(root), str(log_path)]
+    # The first process kills itself with SIGKILL in the middle of a batch, after about 150 messages.
+    child = subprocess.run([*run, "150"], stdout=subprocess.DEVNULL, timeout=60, check=False)
+    assert child.returncode == -signal.SIGKILL
+    before = log_path.read_text().splitlines()
+    assert 150 <= len(before) < len(bodies), "killed mid-way"
+    # Restart: a new process finishes the job.
+    proc = subprocess.Popen([*run, "0"], stdout=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: set(log_path.read_text().splitlines()) >= set(bodies), timeout=60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    seen = collections.Counter(log_path.read_text().splitlines())
+    assert set(seen) == set(bodies), "every message consumed"
+    duplicates = sum(n - 1 for n in seen.values())
+    # The interrupted batch had 3 messages consumed and is delivered again; nothing else is.
+    assert 3 <= duplicates <= 8, f"{duplicates} duplicates: expected only the interrupted batch"
