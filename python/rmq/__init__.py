@@ -1,7 +1,8 @@
 """rmq: Apache RocketMQ's message store as a Python package with a Rust core.
 
-Open a directory with `MessageStore`, `put` messages, `read` them back by commitlog offset or `scan` the log.
-The files are byte-compatible with RocketMQ's own store.
+Open a directory with `MessageStore`, `put` messages, `read` them back by commitlog offset or `scan` the log,
+`get_message` them by queue. `PullConsumer` and `PushConsumer` consume on top, with offsets kept by
+`ConsumerOffsetManager` in RocketMQ's `consumerOffset.json`. The files are byte-compatible with RocketMQ's own.
 """
 
 from rmq._native import (
@@ -33,12 +34,20 @@ from rmq._native import (
     TransactionType,
     __version__,
 )
+from rmq.consumer import PullConsumer, PullResult, PullStatus
+from rmq.offsets import ConsumerOffsetManager
+from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer
+from rmq.rebalance import MessageQueue
 from rmq.reput import ReputMessageService
 from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, StoreConfig
 
 __all__ = [
     "BoundaryType",
+    "ConsumeContext",
+    "ConsumeFromWhere",
     "ConsumeQueueEntry",
+    "ConsumeStatus",
+    "ConsumerOffsetManager",
     "CorruptionError",
     "GetMessageResult",
     "GetMessageStatus",
@@ -51,9 +60,14 @@ __all__ = [
     "InvalidTopicError",
     "Message",
     "MessageExt",
+    "MessageQueue",
     "MessageStore",
     "MessageTooLargeError",
     "PropertiesTooLargeError",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
     "PutMessageStatus",
     "PutResult",
     "QueryMessageResult",
