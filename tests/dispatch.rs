@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rmq::config::StoreConfig;
 use rmq::consume_queue::BoundaryType;
 use rmq::message::encode::{encode_record, EncodeInput, EncodeOptions};
 use rmq::message::tags::{parse_delay_levels, DEFAULT_DELAY_LEVELS};
@@ -14,16 +13,8 @@ use rmq::message::{PutMessageStatus, TransactionType};
 use rmq::store::dispatch::Dispatcher;
 use rmq::store::{MessageStore, PutMessage};
 
-const SEG: u64 = 4096;
-
-fn config() -> StoreConfig {
-    let mut c = StoreConfig::default();
-    c.commit_log.mapped_file_size_commit_log = SEG;
-    c.consume_queue.mapped_file_size_consume_queue = 100; // 5 entries per file
-    c.index.max_hash_slot_num = 64;
-    c.index.max_index_num = 16;
-    c
-}
+mod common;
+use common::small_config as config;
 
 fn open(root: &Path) -> MessageStore {
     MessageStore::open(root, config()).unwrap()

@@ -9,16 +9,8 @@ use rmq::config::{BrokerRole, StoreConfig};
 use rmq::store::get::{GetMessageResult, GetMessageStatus as S, Subscription, MAX_PULL_SIZE};
 use rmq::store::{MessageStore, PutMessage};
 
-const SEG: u64 = 4096;
-
-fn config() -> StoreConfig {
-    let mut c = StoreConfig::default();
-    c.commit_log.mapped_file_size_commit_log = SEG;
-    c.consume_queue.mapped_file_size_consume_queue = 100; // 5 entries per file
-    c.index.max_hash_slot_num = 64;
-    c.index.max_index_num = 16;
-    c
-}
+mod common;
+use common::{small_config as config, SEG};
 
 fn open_with(root: &Path, c: StoreConfig) -> MessageStore {
     MessageStore::open(root, c).unwrap()
