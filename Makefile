@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz
+.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz interop-fixture
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,18 @@ fmt: $(VENV)/.deps
 bench: build
 	cargo bench --bench commitlog --bench dispatch --bench index --bench get_message
 	$(PY) -m pytest benches -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
+
+# Regenerates the committed store written by Apache RocketMQ and its description (tests/interop/README.md).
+HARNESS := tests/interop/harness
+FIXTURE := tests/fixtures/rocketmq-5.3.1
+interop-fixture:
+	mvn -q -B -f $(HARNESS)/pom.xml package dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+	rm -rf $(FIXTURE) && mkdir -p $(FIXTURE)
+	java -cp $(HARNESS)/target/classes:$$(cat $(HARNESS)/target/classpath.txt) rmq.harness.Harness write $(FIXTURE)/store >/dev/null
+	rm -f $(FIXTURE)/store/lock
+	tmp=$$(mktemp -d) && cp -r $(FIXTURE)/store $$tmp/store && \
+	  java -cp $(HARNESS)/target/classes:$$(cat $(HARNESS)/target/classpath.txt) rmq.harness.Harness read $$tmp/store $(FIXTURE)/describe.jsonl >/dev/null && \
+	  rm -rf $$tmp
 
 clean:
 	rm -rf $(VENV) target $(STORE)

@@ -56,6 +56,9 @@ pub struct OpenReport {
     pub validated_from: u64,
     /// Non-zero bytes after the last valid record that were found to hold no record and were zeroed.
     pub discarded_bytes: u64,
+    /// Segments after the one holding the end that held no record (a pre-allocated next file surviving a crash)
+    /// and were deleted, as RocketMQ's `truncateDirtyFiles` does.
+    pub removed_files: u64,
     /// Why validation stopped before the end of the last segment, when it did not stop on zeros.
     pub stop_reason: Option<String>,
 }
@@ -263,6 +266,9 @@ impl CommitLog {
             file.flush_range(pos, dirty_end)?;
             report.discarded_bytes = dirty_end as u64;
         }
+        // Later segments hold no record (checked above): RocketMQ's recovery destroys every file starting after
+        // the end, such as the all-zero next file its allocator pre-creates, so the directories stay alike.
+        report.removed_files = self.queue.remove_after(end) as u64;
         Ok(())
     }
 

@@ -422,9 +422,9 @@ fn damaged_first_record_of_the_last_segment_refuses_to_open() {
 }
 
 #[test]
-fn pre_created_zero_segments_are_used_not_mistaken_for_data() {
+fn pre_created_zero_segments_are_deleted_not_mistaken_for_data() {
     // After a roll: segment 0 ends with a blank, the log ends inside segment 1, and the allocator's next file
-    // (segment 2) survived the crash as zeros.
+    // (segment 2) survived the crash as zeros. RocketMQ's truncateDirtyFiles deletes it; so does rmq.
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let mut expected = fill(&store, 11, 12);
@@ -439,9 +439,10 @@ fn pre_created_zero_segments_are_used_not_mistaken_for_data() {
     let store = open(dir.path());
     assert_eq!(store.open_report().end_offset, end);
     assert_eq!(store.open_report().discarded_bytes, 0);
-    assert_eq!(segment_names(dir.path()), vec![file_name(0), file_name(SEG), file_name(2 * SEG)]);
+    assert_eq!(store.open_report().removed_files, 1);
+    assert_eq!(segment_names(dir.path()), vec![file_name(0), file_name(SEG)]);
     check_read_back(&store, &expected);
-    // Appends fill segment 1 and then roll into the existing zero file.
+    // Appends fill segment 1 and then roll into a new segment 2.
     expected.extend(fill(&store, 12, 12));
     let end = store.commitlog().max_offset();
     assert!(end > 2 * SEG);
@@ -466,6 +467,8 @@ fn pre_created_zero_segment_after_a_partly_filled_one() {
 
     let store = open(dir.path());
     assert_eq!(store.open_report().end_offset, end);
+    assert_eq!(store.open_report().removed_files, 1);
+    assert_eq!(segment_names(dir.path()), vec![file_name(0)]);
     let r = store.put(&PutMessage::new("TopicA", 0, b"next")).unwrap();
     assert_eq!(r.offsets, vec![end]);
     expected.push(Expected {

@@ -102,3 +102,31 @@ def test_scan_of_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-store"
     cli.main(["scan", str(missing)])
     assert not missing.exists()
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-5.3.1"
+
+
+def test_describe_of_a_rocketmq_store_infers_its_sizes_and_matches_rocketmq(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rmq describe STORE` reads the file sizes off the store (64 KiB commitlog, 160-byte consume queues,
+    64 slots / 128 entries index) and prints what RocketMQ itself printed for the same store."""
+    import shutil
+
+    shutil.copytree(FIXTURE / "store", tmp_path / "store")
+    config = cli.existing_store_config(tmp_path / "store")
+    assert (config.mapped_file_size_commit_log, config.mapped_file_size_consume_queue) == (65536, 160)
+    assert (config.max_hash_slot_num, config.max_index_num) == (64, 128)
+    assert cli.main(["describe", str(tmp_path / "store")]) == 0
+    ours = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    theirs = [json.loads(line) for line in (FIXTURE / "describe.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert ours == theirs
+
+
+def test_describe_writes_hosts_as_address_bytes() -> None:
+    from rmq.describe import host_hex
+
+    assert host_hex("10.0.0.2:10911") == "0A000002:10911"
+    assert host_hex("[2001:db8::2]:10911") == "20010DB8000000000000000000000002:10911"
+    assert host_hex("[::ffff:127.0.0.1]:1") == "00000000000000000000FFFF7F000001:1"

@@ -298,17 +298,25 @@ def test_force_verify_prop_crc_never_destroys_records_written_without_it(store_d
 # --- trailing segments left by a crash --------------------------------------------------------------------
 
 
-def test_zero_filled_next_segment_is_harmless(store_dir: Path) -> None:
+def test_zero_filled_next_segments_are_deleted_as_rocketmq_does(store_dir: Path) -> None:
+    """RocketMQ pre-allocates the next segment; after a crash it survives all-zero, and RocketMQ's recovery
+    (`truncateDirtyFiles`) deletes every file starting after the end. rmq does the same."""
     offsets, end = write_messages(store_dir, 10)
-    (store_dir / "commitlog" / f"{SEGMENT:020d}").write_bytes(bytes(SEGMENT))  # pre-allocated, never written
+    assert end < SEGMENT
+    spare = [store_dir / "commitlog" / f"{n * SEGMENT:020d}" for n in (1, 2)]
+    for f in spare:
+        f.write_bytes(bytes(SEGMENT))  # pre-allocated, never written
     with rmq.MessageStore(store_dir, SMALL) as store:
         assert store.max_offset == end and store.open_report["discarded_bytes"] == 0
+        assert store.open_report["removed_files"] == 2
+        assert not any(f.exists() for f in spare)
         assert [m.commitlog_offset for m in store.scan()] == offsets
         more = [store.put("T", b"n%02d" % i + b"y" * 200).wrote_offset for i in range(30)]
         assert any(o >= SEGMENT for o in more)
     with rmq.MessageStore(store_dir, SMALL) as store:
         assert [m.commitlog_offset for m in store.scan()] == offsets + more
         assert store.next_queue_offset("T", 0) == 40
+        assert store.open_report["removed_files"] == 0
 
 
 def test_empty_last_segment_is_removed(store_dir: Path) -> None:

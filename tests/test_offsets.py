@@ -361,7 +361,9 @@ def test_reset_offset_by_time(tmp_path: Path) -> None:
             if i == 9:
                 time.sleep(0.01)
         assert store.wait_dispatched()
-        cut = store.get_message_store_timestamp("T", 1, 5)  # message 11, the first after the pause
+        # Message 10 (queue 0, offset 5) is the first after the pause; millisecond clocks may put
+        # message 11 in a later millisecond, so the cut is message 10's own time.
+        cut = store.get_message_store_timestamp("T", 0, 5)
         m = ConsumerOffsetManager(tmp_path / "o.json")
         m.commit_offset("G", "T", 0, 8)
         m.commit_offset("G", "T", 1, 2)

@@ -650,7 +650,13 @@ def test_largest_accepted_message(store_dir: Path) -> None:
 
 def test_open_report_and_flush(store_dir: Path) -> None:
     with rmq.MessageStore(store_dir, SMALL) as store:
-        assert store.open_report == {"end_offset": 0, "validated_from": 0, "discarded_bytes": 0, "stop_reason": None}
+        assert store.open_report == {
+            "end_offset": 0,
+            "validated_from": 0,
+            "discarded_bytes": 0,
+            "removed_files": 0,
+            "stop_reason": None,
+        }
         assert not store.unclean_shutdown and os.fspath(store.path) == str(store_dir)
         for i in range(60):
             store.put("T", b"%d" % i * 30)

@@ -1,10 +1,12 @@
-"""The `rmq` command: `rmq demo` (the end-to-end demo) and `rmq scan` (print a store's messages)."""
+"""The `rmq` command: `rmq demo` (the end-to-end demo), `rmq scan` (print a store's messages) and `rmq describe`
+(a store's canonical description, as the interop harness prints it)."""
 
 from __future__ import annotations
 
 import argparse
 import collections
 import json
+import os
 import random
 import shutil
 import sys
@@ -231,11 +233,65 @@ def existing_segment_size(store_dir: Path) -> int:
     return files[0].stat().st_size
 
 
-def run_scan(store_dir: Path, from_offset: int, limit: int | None, out: TextIO | None = None) -> int:
+def existing_store_config(
+    store_dir: Path, max_hash_slot_num: int | None = None, max_index_num: int | None = None
+) -> rmq.StoreConfig:
+    """The file sizes of an existing store, read off its files.
+
+    The commitlog and consume-queue sizes are those of the first files. An index file's size is
+    40 + 4 * slots + 20 * entries. A full index file (any but the newest) has indexCount = maxIndexNum in its
+    header, which fixes both; with only one file, RocketMQ's default ratio (entries = 4 * slots) is assumed.
+    Give them when neither applies.
+    """
+    kwargs: dict[str, object] = {"mapped_file_size_commit_log": existing_segment_size(store_dir)}
+    cq = sorted(p for p in (store_dir / "consumequeue").glob("*/*/*") if p.is_file())
+    if cq:
+        kwargs["mapped_file_size_consume_queue"] = cq[0].stat().st_size
+    index = sorted(p for p in (store_dir / "index").glob("*") if p.is_file() and p.stat().st_size > 0)
+    if max_hash_slot_num is None and max_index_num is None and index:
+        body = index[0].stat().st_size - 40
+        with open(index[0], "rb") as f:
+            header = f.read(40)
+        full_count = int.from_bytes(header[36:40], "big", signed=True) if len(index) > 1 and len(header) == 40 else 0
+        if full_count > 0 and body - 20 * full_count > 0 and (body - 20 * full_count) % 4 == 0:
+            max_hash_slot_num, max_index_num = (body - 20 * full_count) // 4, full_count
+        elif body > 0 and body % 84 == 0:
+            max_hash_slot_num, max_index_num = body // 84, body // 84 * 4
+        else:
+            raise rmq.InvalidConfigError(
+                f"cannot tell the index sizes from {index[0]}: give --max-hash-slot-num and --max-index-num"
+            )
+    if max_hash_slot_num is not None:
+        kwargs["max_hash_slot_num"] = max_hash_slot_num
+    if max_index_num is not None:
+        kwargs["max_index_num"] = max_index_num
+    return rmq.StoreConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def run_describe(store_dir: Path, config: rmq.StoreConfig, out: TextIO | None = None) -> int:
+    """Prints the canonical description of a store (`rmq.describe`) as JSON lines; returns the line count."""
+    from rmq.describe import describe
+
+    out = out if out is not None else sys.stdout
+    count = 0
+    with rmq.MessageStore(store_dir, config) as store:
+        for obj in describe(store):
+            print(json.dumps(obj, ensure_ascii=False, sort_keys=True), file=out)
+            count += 1
+    return count
+
+
+def run_scan(
+    store_dir: Path,
+    from_offset: int,
+    limit: int | None,
+    out: TextIO | None = None,
+    config: rmq.StoreConfig | None = None,
+) -> int:
     """Prints one JSON line per stored message of an existing store; returns the number printed."""
     out = out if out is not None else sys.stdout
     count = 0
-    config = rmq.StoreConfig(mapped_file_size_commit_log=existing_segment_size(store_dir))
+    config = config if config is not None else existing_store_config(store_dir)
     with rmq.MessageStore(store_dir, config) as store:
         for msg in store.scan(from_offset):
             if limit is not None and count >= limit:
@@ -272,14 +328,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     scan.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
     scan.add_argument("--from", dest="from_offset", type=int, default=0, help="commitlog offset to start at")
     scan.add_argument("--limit", type=int, default=None, help="stop after this many messages")
+    desc = sub.add_parser("describe", help="print a store's canonical description (tests/interop/README.md)")
+    desc.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
+    for p in (scan, desc):
+        p.add_argument("--max-hash-slot-num", type=int, default=None, help="index slots (if not the default ratio)")
+        p.add_argument("--max-index-num", type=int, default=None, help="index entries (if not the default ratio)")
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
             run_demo(args.store, args.messages, args.segment_size, args.fresh)
         else:
-            run_scan(args.store, args.from_offset, args.limit)
+            config = existing_store_config(args.store, args.max_hash_slot_num, args.max_index_num)
+            if args.command == "scan":
+                run_scan(args.store, args.from_offset, args.limit, config=config)
+            else:
+                run_describe(args.store, config)
     except (rmq.RmqError, FileNotFoundError) as e:
         print(f"rmq: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `rmq describe STORE | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0
 

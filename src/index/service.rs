@@ -36,6 +36,8 @@ pub struct IndexService {
     files: RwLock<Vec<Arc<IndexFile>>>,
     /// The file being written (the last one), held by whoever builds or rolls.
     writer: Mutex<Option<Arc<IndexFile>>>,
+    /// End timestamp of the last file filled and rolled by this process (0: none), for the checkpoint.
+    rolled_end_timestamp: std::sync::atomic::AtomicI64,
 }
 
 impl IndexService {
@@ -73,7 +75,20 @@ impl IndexService {
         let files =
             names.iter().map(|n| IndexFile::open(&dir.join(n), cfg).map(Arc::new)).collect::<Result<Vec<_>>>()?;
         let last = files.last().cloned();
-        Ok(IndexService { dir: dir.to_owned(), cfg, clock, files: RwLock::new(files), writer: Mutex::new(last) })
+        Ok(IndexService {
+            dir: dir.to_owned(),
+            cfg,
+            clock,
+            files: RwLock::new(files),
+            writer: Mutex::new(last),
+            rolled_end_timestamp: std::sync::atomic::AtomicI64::new(0),
+        })
+    }
+
+    /// End timestamp of the last index file this process filled and rolled, 0 if none (RocketMQ's
+    /// checkpoint `indexMsgTimestamp`: files ending after it are rebuilt by its recovery after a crash).
+    pub fn rolled_end_timestamp(&self) -> i64 {
+        self.rolled_end_timestamp.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The settings the files are read and written with.
@@ -209,6 +224,7 @@ impl IndexService {
         **current = Some(Arc::clone(&file));
         if let Some(p) = prev {
             p.flush()?;
+            self.rolled_end_timestamp.fetch_max(prev_ts, std::sync::atomic::Ordering::AcqRel);
         }
         Ok(file)
     }

@@ -301,7 +301,8 @@ impl MessageStore {
         self.inner.unclean_shutdown()
     }
 
-    /// What opening found: end offset, where validation began, discarded torn bytes, why it stopped.
+    /// What opening found: end offset, where validation began, discarded torn bytes, deleted empty trailing
+    /// segments, why it stopped.
     #[getter]
     fn open_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let r = self.inner.open_report();
@@ -309,6 +310,7 @@ impl MessageStore {
         d.set_item("end_offset", r.end_offset)?;
         d.set_item("validated_from", r.validated_from)?;
         d.set_item("discarded_bytes", r.discarded_bytes)?;
+        d.set_item("removed_files", r.removed_files)?;
         d.set_item("stop_reason", r.stop_reason.clone())?;
         Ok(d)
     }

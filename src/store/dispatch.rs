@@ -189,6 +189,8 @@ pub struct DispatchRound {
     pub arrivals: Vec<Arrival>,
     /// Problems met in this round.
     pub issues: Vec<DispatchIssue>,
+    /// Store timestamp of the last message dispatched in the round (0 when none).
+    pub last_store_timestamp: i64,
 }
 
 /// The dispatch rules, independent of threads: everything the reput loop does to one record.
@@ -257,6 +259,7 @@ impl Dispatcher<'_> {
                                     a.store_timestamp = h.store_timestamp;
                                 }
                                 round.records += 1;
+                                round.last_store_timestamp = h.store_timestamp;
                             }
                         }
                         offset += size;

@@ -8,11 +8,11 @@ pub mod validate;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::{AbortFile, LockFile};
+use crate::checkpoint::{AbortFile, CheckpointValues, LockFile, StoreCheckpoint};
 use crate::commitlog::{now_ms, Appended, CommitLog, OpenReport, Record};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{BoundaryType, ConsumeQueue, CqEntry};
@@ -138,6 +138,10 @@ pub struct MessageStore {
     wake_pending: std::sync::atomic::AtomicBool,
     /// Under SYNC_FLUSH: the end of the data known flushed (dispatch never passes it).
     flushed_offset: AtomicU64,
+    /// `<root>/checkpoint`, written on flush and close for RocketMQ's recovery.
+    checkpoint: StoreCheckpoint,
+    /// Store time of the last message dispatched (0: none since open).
+    dispatched_timestamp: AtomicI64,
     recovery: RecoveryReport,
     issues: Mutex<IssueLog>,
 }
@@ -188,6 +192,7 @@ impl MessageStore {
         std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         let lock = LockFile::acquire(root)?;
         let unclean_shutdown = AbortFile::exists(root);
+        let checkpoint = StoreCheckpoint::open(root)?;
         let (commitlog, open_report) = CommitLog::open(&root.join("commitlog"), config.commit_log.clone())?;
         let (queues, skipped_dirs) =
             ConsumeQueueStore::load(&root.join("consumequeue"), config.consume_queue.mapped_file_size_consume_queue)?;
@@ -249,6 +254,8 @@ impl MessageStore {
             new_data_lock: Mutex::new(()),
             wake_pending: std::sync::atomic::AtomicBool::new(false),
             flushed_offset: AtomicU64::new(end),
+            checkpoint,
+            dispatched_timestamp: AtomicI64::new(0),
             recovery: RecoveryReport { dispatched_from: from, skipped_dirs, ..RecoveryReport::default() },
             issues: Mutex::new(IssueLog::default()),
         };
@@ -268,6 +275,7 @@ impl MessageStore {
             table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.max_offset() as i64);
         }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
+        store.checkpoint_after_flush()?;
         let abort = AbortFile::create(root)?;
         *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
         Ok(store)
@@ -529,6 +537,7 @@ impl MessageStore {
     /// Flushes all written data to disk: the commitlog, then the consume queues and the index.
     pub fn flush(&self) -> Result<()> {
         self.check_open()?;
+        let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
         if let Err(e) = self.commitlog.flush() {
             *self.state() = State::Poisoned(e.to_string());
             return Err(e);
@@ -538,7 +547,37 @@ impl MessageStore {
         if let Some(index) = &self.index {
             index.flush()?;
         }
-        Ok(())
+        self.write_checkpoint(dispatched)
+    }
+
+    /// Records in the checkpoint file what is now flushed: messages dispatched up to store time `dispatched`
+    /// (so in the commitlog and the consume queues) and the last index file rolled. Values only move forward.
+    fn write_checkpoint(&self, dispatched: i64) -> Result<()> {
+        let rolled = self.index.as_ref().map_or(0, IndexService::rolled_end_timestamp);
+        self.checkpoint.update_and_flush(|v| {
+            v.physic_msg_timestamp = v.physic_msg_timestamp.max(dispatched);
+            v.logics_msg_timestamp = v.logics_msg_timestamp.max(dispatched);
+            v.index_msg_timestamp = v.index_msg_timestamp.max(rolled);
+        })
+    }
+
+    /// After open's dispatch: flushes what it rebuilt and records it in the checkpoint.
+    fn checkpoint_after_flush(&self) -> Result<()> {
+        let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
+        if dispatched == 0 && self.index.as_ref().map_or(0, IndexService::rolled_end_timestamp) == 0 {
+            return Ok(());
+        }
+        self.commitlog.flush()?;
+        self.queues.flush()?;
+        if let Some(index) = &self.index {
+            index.flush()?;
+        }
+        self.write_checkpoint(dispatched)
+    }
+
+    /// The checkpoint file's values (spec §8.1).
+    pub fn checkpoint(&self) -> CheckpointValues {
+        self.checkpoint.values()
     }
 
     /// Dispatches whatever is left, flushes everything, releases the lock and removes the abort file.
@@ -555,6 +594,7 @@ impl MessageStore {
                 if let Some(index) = &self.index {
                     index.flush()?;
                 }
+                self.write_checkpoint(self.dispatched_timestamp.load(Ordering::Acquire))?;
                 abort.remove()
             })(),
             State::Poisoned(_) | State::Closed => Ok(()),
@@ -687,6 +727,7 @@ impl MessageStore {
         }
         *reput = round.reput_offset;
         self.reput_offset.store(round.reput_offset, Ordering::Release);
+        self.dispatched_timestamp.fetch_max(round.last_store_timestamp, Ordering::AcqRel);
         drop(reput);
         let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.dispatched.notify_all();
