@@ -39,18 +39,18 @@ lint: build
 	cargo fmt --check
 	cargo clippy --quiet --all-targets -- -D warnings
 	cargo clippy --quiet --features python -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/ruff check python tests benches spark_udfs
+	$(VENV)/bin/ruff format --check python tests benches spark_udfs
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest rmq._native --allowlist stubtest-allowlist.txt
 
 fmt: $(VENV)/.deps
 	cargo fmt
-	$(VENV)/bin/ruff format python tests benches
-	$(VENV)/bin/ruff check --fix python tests benches
+	$(VENV)/bin/ruff format python tests benches spark_udfs
+	$(VENV)/bin/ruff check --fix python tests benches spark_udfs
 
 bench: build
-	cargo bench --bench commitlog --bench dispatch --bench index --bench get_message
+	cargo bench --bench commitlog --bench dispatch --bench index --bench get_message --bench columnar
 	$(PY) -m pytest benches -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
 
 # Regenerates the committed store written by Apache RocketMQ and its description (tests/interop/README.md).

@@ -5,6 +5,7 @@
 //! The Python bindings live in `py` behind the `python` feature; nothing else depends on them.
 
 pub mod checkpoint;
+pub mod columnar;
 pub mod commitlog;
 pub mod config;
 pub mod consume_queue;

@@ -89,7 +89,7 @@ def test_scan_reads_the_store_the_demo_writes(tmp_path: Path) -> None:
     """README: `make run` writes ./rmq-demo-store with `rmq demo` (1 MiB segments by default), and
     `rmq scan STORE` prints a store's messages. The scan must work on that store."""
     store = tmp_path / "demo"
-    assert cli.main(["demo", "--store", str(store), "--messages", "20", "--fresh"]) == 0
+    assert cli.main(["demo", "--store", str(store), "--messages", "20", "--fresh", "--no-spark"]) == 0
     assert cli.main(["scan", str(store)]) == 0
     lines = scan_lines(store)
     retried = [x for x in lines if x["topic"] == "%RETRY%demo-order-consumers"]

@@ -332,3 +332,54 @@ class MessageStore:
     def queue_ids(self, topic: str) -> list[int]: ...
     def consume_queue_files(self, topic: str, queue_id: int) -> list[str]: ...
     def index_files(self) -> list[str]: ...
+
+# -- columnar decoding for Arrow (src/py/columnar.rs) -----------------------------------------------------
+
+COLUMNS: list[str]
+
+_RawBatch = tuple[int, ArrowBuffer | None, list[tuple[Any, ...] | None]]
+
+@final
+class ArrowBuffer:
+    """Bytes owned by Rust, exported read-only through the buffer protocol."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class SplitReader:
+    """The records that start in `[start, end)` of one commitlog segment, batch by batch."""
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        base: int,
+        start: int,
+        end: int,
+        limit: int,
+        *,
+        columns: list[str] | None = None,
+        topics: list[str] | None = None,
+        min_store_ms: int | None = None,
+        max_store_ms: int | None = None,
+        max_rows: int = 8192,
+        max_bytes: int = ...,
+    ) -> SplitReader: ...
+    def __iter__(self) -> SplitReader: ...
+    def __next__(self) -> _RawBatch: ...
+
+def segment_data_end(path: str | os.PathLike[str], base: int) -> int: ...
+def find_record_boundary(path: str | os.PathLike[str], base: int, start: int, limit: int) -> int | None: ...
+def decode_records(
+    offsets: Any,
+    data: Any,
+    validity: Any,
+    offset: int,
+    length: int,
+    *,
+    columns: list[str] | None = None,
+    strict: bool = False,
+) -> _RawBatch: ...
+def java_hash_strings(
+    offsets: Any, data: Any, validity: Any, offset: int, length: int
+) -> tuple[ArrowBuffer, ArrowBuffer | None]: ...

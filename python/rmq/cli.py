@@ -222,6 +222,25 @@ def run_demo(
     return summary
 
 
+def run_spark(store: Path, out: Path, master: str | None, json_out: Path | None = None) -> dict[str, object]:
+    """The Spark pipeline job (`rmq.spark.run_pipeline`) in a session of its own; prints the summary."""
+    from rmq import spark as rspark  # needs the `spark` extra; imported only here
+
+    print(f"Spark job over {store} (master {master or os.environ.get('SPARK_MASTER', 'local[*]')}) ...")
+    started = time.perf_counter()
+    session = rspark.session(master)
+    try:
+        result = rspark.run_pipeline(session, store, out)
+        result["executors"] = rspark.executor_ids(session)
+    finally:
+        session.stop()
+    rspark.print_summary(result, out)
+    print(f"Spark job done in {time.perf_counter() - started:.1f}s")
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, default=str, ensure_ascii=False, indent=1), encoding="utf-8")
+    return result
+
+
 def existing_segment_size(store_dir: Path) -> int:
     """The segment size of an existing store (the size of its first commitlog file).
 
@@ -328,6 +347,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     scan.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
     scan.add_argument("--from", dest="from_offset", type=int, default=0, help="commitlog offset to start at")
     scan.add_argument("--limit", type=int, default=None, help="stop after this many messages")
+    demo.add_argument("--no-spark", dest="spark", action="store_false", help="skip the Spark job at the end")
+    demo.add_argument("--spark-out", type=Path, default=Path("rmq-demo-parquet"), help="the Spark job's output")
+    demo.add_argument("--master", default=None, help="Spark master URL (default local[*] or $SPARK_MASTER)")
+    spark = sub.add_parser("spark", help="Spark job: store -> Parquet by topic and day, plus summaries")
+    spark.add_argument("store", type=Path, help="store root or commitlog directory")
+    spark.add_argument("out", type=Path, help="output directory")
+    spark.add_argument("--master", default=None, help="Spark master URL (default local[*] or $SPARK_MASTER)")
+    spark.add_argument("--json", type=Path, default=None, help="also write the summaries as JSON here")
     desc = sub.add_parser("describe", help="print a store's canonical description (tests/interop/README.md)")
     desc.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
     for p in (scan, desc):
@@ -337,6 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             run_demo(args.store, args.messages, args.segment_size, args.fresh)
+            if args.spark:
+                run_spark(args.store, args.spark_out, args.master)
+        elif args.command == "spark":
+            run_spark(args.store, args.out, args.master, args.json)
         else:
             config = existing_store_config(args.store, args.max_hash_slot_num, args.max_index_num)
             if args.command == "scan":

@@ -22,13 +22,31 @@ fn ip_bytes(ip: IpAddr, out: &mut Vec<u8>) {
 
 /// `MessageDecoder.createMessageId`: `store ip | store port i32 | commitlog offset i64`, 32 or 56 hex chars.
 pub fn offset_msg_id(store_host: SocketAddr, physical_offset: i64) -> String {
-    let mut bytes = Vec::with_capacity(28);
-    ip_bytes(store_host.ip(), &mut bytes);
-    bytes.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
-    bytes.extend_from_slice(&physical_offset.to_be_bytes());
-    let mut s = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut s, &bytes);
-    s
+    let mut out = Vec::with_capacity(56);
+    write_offset_msg_id(&mut out, store_host, physical_offset);
+    // Hex digits only: always valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends the offsetMsgId of [`offset_msg_id`] to `out` as ASCII, without allocating.
+pub fn write_offset_msg_id(out: &mut Vec<u8>, store_host: SocketAddr, physical_offset: i64) {
+    let mut bytes = [0u8; 28];
+    let n = match store_host.ip() {
+        IpAddr::V4(v4) => {
+            bytes[..4].copy_from_slice(&v4.octets());
+            4
+        }
+        IpAddr::V6(v6) => {
+            bytes[..16].copy_from_slice(&v6.octets());
+            16
+        }
+    };
+    bytes[n..n + 4].copy_from_slice(&i32::from(store_host.port()).to_be_bytes());
+    bytes[n + 4..n + 12].copy_from_slice(&physical_offset.to_be_bytes());
+    for &b in &bytes[..n + 12] {
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 0xF)]);
+    }
 }
 
 /// `MessageDecoder.decodeMessageId`: the store host and commitlog offset of an offsetMsgId.

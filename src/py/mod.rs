@@ -1,6 +1,7 @@
 //! PyO3 bindings: the `rmq._native` extension module. Argument conversion, GIL release, errors and
 //! zero-copy buffers only; every rule lives in the core.
 
+mod columnar;
 mod errors;
 mod get;
 mod message;
@@ -16,5 +17,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     message::register(m)?;
     get::register(m)?;
     store::register(m)?;
+    columnar::register(m)?;
     Ok(())
 }

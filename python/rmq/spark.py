@@ -1,0 +1,416 @@
+"""Commitlogs as Spark DataFrames: the `rocketmq` data source, Arrow UDFs, and the pipeline job.
+
+    spark = rmq.spark.session()                      # local[*], or session(master="spark://host:7077")
+    df = spark.read.format("rocketmq").load(store)   # a store directory or its commitlog directory
+
+One row per message (see `SCHEMA`). Partitions are byte ranges of segment files (`splitSize`, default 64 MiB),
+so one 1 GiB segment feeds several tasks; each task finds its first record itself (`rmq.arrow`, Rust) and yields
+Arrow batches decoded in Rust. Filters on `topic` (=, IN) and `store_timestamp` (=, <, <=, >, >=) are pushed into
+the reader; selecting fewer columns through a user schema (`.schema("topic string, body binary")`) decodes only
+those. Executors need rmq installed in the same Python environment (see the README: ship a packed venv).
+
+Requires the `spark` extra (`pip install rmq[spark]`): pyspark, pyarrow, pandas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+from pyspark.sql.window import Window
+
+#: The DataFrame schema, one row per message (timestamps are the record's milliseconds, as Spark timestamps).
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("queue_id", IntegerType(), False),
+        StructField("queue_offset", LongType(), False),
+        StructField("commitlog_offset", LongType(), False),
+        StructField("store_size", IntegerType(), False),
+        StructField("flag", IntegerType(), False),
+        StructField("sys_flag", IntegerType(), False),
+        StructField("transaction_type", StringType(), False),
+        StructField("born_timestamp", TimestampType(), False),
+        StructField("store_timestamp", TimestampType(), False),
+        StructField("born_host", StringType(), False),
+        StructField("store_host", StringType(), False),
+        StructField("reconsume_times", IntegerType(), False),
+        StructField("prepared_transaction_offset", LongType(), False),
+        StructField("body", BinaryType(), False),
+        StructField("properties", MapType(StringType(), StringType(), True), False),
+        StructField("tags", StringType(), True),
+        StructField("keys", ArrayType(StringType(), True), False),
+        StructField("uniq_key", StringType(), True),
+        StructField("msg_id", StringType(), False),
+        StructField("body_crc_ok", BooleanType(), False),
+    ]
+)
+SCHEMA_DDL = ", ".join(f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in SCHEMA)
+
+#: Default split size: bytes of a segment per task.
+DEFAULT_SPLIT_SIZE = 64 << 20
+
+#: Spark settings the entry points set (the reader's filter pushdown is off by default in Spark).
+SPARK_CONF = {
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def commitlog_dir(path: str | os.PathLike[str]) -> Path:
+    """The commitlog directory of `path`: a store directory (holding `commitlog/`) or a commitlog directory."""
+    p = Path(path)
+    if (p / "commitlog").is_dir():
+        return p / "commitlog"
+    if p.is_dir():
+        return p
+    raise FileNotFoundError(f"{p}: not a store or commitlog directory")
+
+
+@dataclass(frozen=True)
+class Split(InputPartition):
+    """Records starting in `[start, end)` of the segment `path` (first byte = commitlog offset `base`), whose
+    written data ends at `limit`."""
+
+    path: str
+    base: int
+    start: int
+    end: int
+    limit: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", (self.path, self.start))
+
+
+def plan_splits(path: str | os.PathLike[str], split_size: int = DEFAULT_SPLIT_SIZE) -> list[Split]:
+    """The splits of a commitlog: every segment cut into `split_size` ranges, none beyond the written data.
+
+    The written data of the newest segments is found by walking their records (an all-zero segment that a
+    crash left pre-allocated holds none); older segments are full and end with their blank filler."""
+    if split_size < 1:
+        raise ValueError(f"split size must be positive, got {split_size}")
+    from rmq import _native
+
+    d = commitlog_dir(path)
+    segments = sorted((int(p.name), p) for p in d.iterdir() if p.is_file() and p.name.isdigit() and len(p.name) == 20)
+    limits: dict[int, int] = {}
+    for base, p in reversed(segments):
+        end = _native.segment_data_end(str(p), base)
+        limits[base] = end
+        if end > 0:
+            break
+    splits = []
+    for base, p in segments:
+        limit = limits.get(base, p.stat().st_size)
+        for start in range(0, limit, split_size):
+            splits.append(Split(str(p), base, start, min(start + split_size, limit), limit))
+    return splits
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(value: dt.datetime) -> int:
+    """Microseconds since the epoch of a filter's timestamp literal."""
+    if value.tzinfo is not None:
+        return (value - _EPOCH) // dt.timedelta(microseconds=1)
+    # Spark hands over naive local times made by `datetime.fromtimestamp`, which sets `fold` in a repeated hour;
+    # `timestamp()` honours it, so this is the exact inverse (mktime, which Spark's toInternal uses, is not).
+    return int(value.replace(microsecond=0).timestamp()) * 1_000_000 + value.microsecond
+
+
+class RocketMQReader(DataSourceReader):
+    """Reads splits of a commitlog into Arrow batches (see the module docs)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        from rmq import arrow
+
+        options = {k.lower(): v for k, v in options.items()}  # Spark's options are case-insensitive
+        if "path" not in options:
+            raise ValueError('the rocketmq source needs a path: spark.read.format("rocketmq").load(STORE_DIR)')
+        self.path = options["path"]
+        self.split_size = int(options.get("splitsize", DEFAULT_SPLIT_SIZE))
+        self.max_rows = int(options.get("maxrowsperbatch", 8192))
+        known = {f.name: f for f in SCHEMA}
+        for f in schema:
+            if f.name not in known or f.dataType != known[f.name].dataType:
+                raise ValueError(
+                    f"column {f.name} {f.dataType.simpleString()} is not one of the rocketmq source's: {SCHEMA_DDL}"
+                )
+        self.columns = [f.name for f in schema]
+        self.arrow_schema = arrow.arrow_schema(self.columns)
+        self.nullable = [f.nullable for f in schema]
+        self.topics: list[str] | None = None
+        self.min_ms: int | None = None
+        self.max_ms: int | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return plan_splits(self.path, self.split_size)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from rmq import arrow
+
+        assert isinstance(partition, Split)
+        schema = pa.schema([f.with_nullable(n) for f, n in zip(self.arrow_schema, self.nullable, strict=True)])
+        if self.min_ms is not None and self.max_ms is not None and self.min_ms > self.max_ms:
+            return
+        yield from arrow.read_split(
+            partition.path,
+            partition.base,
+            partition.start,
+            partition.end,
+            partition.limit,
+            schema=schema,
+            topics=self.topics,
+            min_store_ms=self.min_ms,
+            max_store_ms=self.max_ms,
+            max_rows=self.max_rows,
+        )
+
+
+class RocketMQPushdownReader(RocketMQReader):
+    """The reader with filter pushdown (needs `spark.sql.python.filterPushdown.enabled`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _push(self, f: Filter) -> bool:
+        attr = getattr(f, "attribute", None)
+        if attr == ("topic",):
+            if isinstance(f, EqualTo) and isinstance(f.value, str):
+                wanted = {f.value}
+            elif isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+                wanted = set(f.value)
+            else:
+                return False
+            self.topics = sorted(wanted if self.topics is None else wanted & set(self.topics))
+            return True
+        if attr == ("store_timestamp",) and isinstance(f.value, dt.datetime):  # type: ignore[attr-defined]
+            us = _micros(f.value)  # type: ignore[attr-defined]
+            # A record's value is ms * 1000; turn each bound into an inclusive bound on ms.
+            lo: int | None = None
+            hi: int | None = None
+            if isinstance(f, GreaterThan):
+                lo = us // 1000 + 1
+            elif isinstance(f, GreaterThanOrEqual):
+                lo = math.ceil(us / 1000) if us % 1000 else us // 1000
+            elif isinstance(f, LessThan):
+                hi = (us + 999) // 1000 - 1
+            elif isinstance(f, LessThanOrEqual):
+                hi = us // 1000
+            elif isinstance(f, EqualTo):
+                lo, hi = (us // 1000, us // 1000) if us % 1000 == 0 else (1, 0)
+            else:
+                return False
+            if lo is not None:
+                self.min_ms = lo if self.min_ms is None else max(self.min_ms, lo)
+            if hi is not None:
+                self.max_ms = hi if self.max_ms is None else min(self.max_ms, hi)
+            return True
+        return False
+
+
+class RocketMQDataSource(DataSource):
+    """`spark.read.format("rocketmq")`: options `path` (or `load(path)`), `splitSize` (bytes, default 64 MiB),
+    `maxRowsPerBatch` (default 8192), `pushdown` ("true" by default; "false" when the session has
+    `spark.sql.python.filterPushdown.enabled` off)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if self.options.get("pushdown", "true").lower() == "false":
+            return RocketMQReader(dict(self.options), schema)
+        return RocketMQPushdownReader(dict(self.options), schema)
+
+
+# -- UDFs ----------------------------------------------------------------------------------------------------
+
+
+def udfs() -> dict[str, Any]:
+    """The Arrow UDFs, by SQL name: `rmq_decode(binary) -> struct` (every column of the source; null for bytes
+    that are not one record), `rmq_tags_hash(string) -> bigint` (Java hashCode: the consume queue's tagsCode),
+    `rmq_msg_id(binary) -> string` (offsetMsgId), `rmq_properties(binary) -> map<string,string>`."""
+    from pyspark.sql.pandas.functions import arrow_udf
+
+    def scalar(return_type: Any) -> Callable[[Callable[[pa.Array], pa.Array]], Any]:
+        # Spark infers a scalar Arrow UDF from the pa.Array -> pa.Array hints (resolved in this module).
+        factory: Any = arrow_udf
+        udf: Callable[[Callable[[pa.Array], pa.Array]], Any] = factory(return_type)
+        return udf
+
+    from pyspark.sql.types import LongType, MapType, StringType
+
+    decoded = StructType([f.__class__(f.name, f.dataType, True) for f in SCHEMA])
+
+    @scalar(decoded)
+    def rmq_decode(records: pa.Array) -> pa.Array:
+        from rmq import arrow
+
+        return arrow.decode_records(records)
+
+    @scalar(LongType())
+    def rmq_tags_hash(tags: pa.Array) -> pa.Array:
+        from rmq import arrow
+
+        return arrow.java_hash(tags)
+
+    @scalar(StringType())
+    def rmq_msg_id(records: pa.Array) -> pa.Array:
+        from rmq import arrow
+
+        return arrow.decode_column(records, "msg_id")
+
+    @scalar(MapType(StringType(), StringType()))
+    def rmq_properties(records: pa.Array) -> pa.Array:
+        from rmq import arrow
+
+        return arrow.decode_column(records, "properties")
+
+    return {
+        "rmq_decode": rmq_decode,
+        "rmq_tags_hash": rmq_tags_hash,
+        "rmq_msg_id": rmq_msg_id,
+        "rmq_properties": rmq_properties,
+    }
+
+
+# -- sessions and the pipeline ------------------------------------------------------------------------------
+
+
+def register(spark: SparkSession) -> SparkSession:
+    """Registers the `rocketmq` source and the UDFs (for SQL too) with `spark`, and turns on filter pushdown."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(RocketMQDataSource)
+    for name, f in udfs().items():
+        spark.udf.register(name, f)
+    return spark
+
+
+def session(master: str | None = None, app_name: str = "rmq", conf: dict[str, str] | None = None) -> SparkSession:
+    """A SparkSession with rmq registered: `local[*]` unless `master` (or `$SPARK_MASTER`) names a cluster.
+
+    Executors run the driver's Python (PYSPARK_PYTHON = this interpreter) unless PYSPARK_PYTHON is set: on a
+    cluster whose machines lack this environment, ship it (README: "Spark on a cluster")."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    python = os.environ["PYSPARK_PYTHON"]
+    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+    settings = {**SPARK_CONF, "spark.ui.enabled": "false", "spark.pyspark.python": python, **(conf or {})}
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    return register(builder.getOrCreate())
+
+
+def read(spark: SparkSession, store: str | os.PathLike[str], **options: Any) -> DataFrame:
+    """`spark.read.format("rocketmq").options(**options).load(store)`."""
+    return spark.read.format("rocketmq").options(**{k: str(v) for k, v in options.items()}).load(str(store))
+
+
+def run_pipeline(
+    spark: SparkSession, store: str | os.PathLike[str], out: str | os.PathLike[str], *, top_keys: int = 5
+) -> dict[str, Any]:
+    """Store → Parquet partitioned by topic and day (`out/messages`), plus summaries per topic and per queue
+    (messages, bytes, first and last store time) and each topic's most frequent keys (`out/summary_*`).
+    Returns the summaries as lists of dicts."""
+    out = Path(out)
+    df = read(spark, store)
+    (
+        df.withColumn("day", F.to_date("store_timestamp"))
+        .write.mode("overwrite")
+        .partitionBy("topic", "day")
+        .parquet(str(out / "messages"))
+    )
+    messages = spark.read.parquet(str(out / "messages"))
+    aggs = [
+        F.count(F.lit(1)).alias("messages"),
+        F.sum("store_size").alias("bytes"),
+        F.min("store_timestamp").alias("first_store_time"),
+        F.max("store_timestamp").alias("last_store_time"),
+    ]
+    by_topic = messages.groupBy("topic").agg(*aggs).orderBy("topic")
+    by_queue = messages.groupBy("topic", "queue_id").agg(*aggs).orderBy("topic", "queue_id")
+    keys = messages.select("topic", F.explode("keys").alias("key")).groupBy("topic", "key").count()
+    rank = F.row_number().over(Window.partitionBy("topic").orderBy(F.desc("count"), "key"))
+    top = keys.withColumn("rank", rank).where(F.col("rank") <= top_keys).orderBy("topic", "rank")
+    result: dict[str, Any] = {}
+    for name, frame in (("summary_topics", by_topic), ("summary_queues", by_queue), ("summary_top_keys", top)):
+        frame.coalesce(1).write.mode("overwrite").json(str(out / name))
+        result[name] = [r.asDict() for r in frame.collect()]
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m rmq.spark STORE OUT [--master URL]` (also `rmq spark`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="rmq spark", description=run_pipeline.__doc__)
+    ap.add_argument("store")
+    ap.add_argument("out")
+    ap.add_argument("--master", default=None, help="Spark master URL (default local[*] or $SPARK_MASTER)")
+    args = ap.parse_args(argv)
+    from rmq.cli import run_spark
+
+    run_spark(Path(args.store), Path(args.out), args.master)
+    return 0
+
+
+def executor_ids(spark: SparkSession) -> list[str]:
+    """The ids of the session's executors (empty in local mode, where the driver runs the tasks)."""
+    ids = spark.sparkContext._jsc.sc().getExecutorIds()
+    return sorted(str(ids.apply(i)) for i in range(ids.size()))
+
+
+def print_summary(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
+    print(f"Parquet by topic and day: {Path(out) / 'messages'}")
+    for r in result["summary_topics"]:
+        print(
+            f"  {r['topic']}: {r['messages']} messages, {r['bytes']} bytes, "
+            f"{r['first_store_time']} .. {r['last_store_time']}"
+        )
+    for r in result["summary_top_keys"]:
+        print(f"    top key #{r['rank']} of {r['topic']}: {r['key']} ({r['count']})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

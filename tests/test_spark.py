@@ -1,0 +1,544 @@
+"""Commitlogs as DataFrames: the `rocketmq` Spark data source, the Arrow split reader under it, the Arrow UDFs and
+the pipeline job, local and on a standalone cluster.
+
+The reference is rmq's own scan (`MessageStore.scan`): every row must equal the message it reads, on a
+multi-segment store with blank fillers, IPv6 hosts, v2 records and transactions, and on the store Apache
+RocketMQ wrote (tests/fixtures). Splits cut anywhere (Hypothesis) lose and duplicate nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import pickle
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rmq
+from rmq import arrow
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+import rmq.spark as rs  # noqa: E402
+
+HERE = Path(__file__).parent
+FIXTURE = HERE / "fixtures" / "rocketmq-5.3.1" / "store"
+UTC = dt.UTC
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+if shutil.which("java") is None:  # Spark needs a JVM: skip on a developer machine without one, fail on CI
+    if os.environ.get("RMQ_REQUIRE_JAVA") == "1" or os.environ.get("CI", "").lower() in ("1", "true"):
+        pytest.fail("java not found: the Spark tests need Java 17 (required on CI)", pytrace=False)
+    pytest.skip("Spark needs Java", allow_module_level=True)
+
+
+def ts(ms: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(milliseconds=ms)
+
+
+def expected_row(m: Any) -> dict[str, Any]:
+    """A message as rmq's scan reads it, in the DataFrame's terms."""
+    return {
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commitlog_offset": m.commitlog_offset,
+        "store_size": m.store_size,
+        "flag": m.flag,
+        "sys_flag": m.sys_flag,
+        "transaction_type": str(m.transaction_type),
+        "born_timestamp": ts(m.born_timestamp),
+        "store_timestamp": ts(m.store_timestamp),
+        "born_host": m.born_host,
+        "store_host": m.store_host,
+        "reconsume_times": m.reconsume_times,
+        "prepared_transaction_offset": m.prepared_transaction_offset,
+        "body": m.body,
+        "properties": dict(m.properties),
+        "tags": m.tags,
+        "keys": list(m.keys),
+        "uniq_key": m.uniq_key,
+        "msg_id": m.msg_id,
+        "body_crc_ok": m.body_crc_ok,
+    }
+
+
+def normalise(row: dict[str, Any]) -> dict[str, Any]:
+    """An Arrow or Spark row in the same terms (maps as dicts, timestamps aware UTC)."""
+    out = dict(row)
+    if isinstance(out.get("properties"), list):
+        out["properties"] = dict(out["properties"])
+    for k in ("born_timestamp", "store_timestamp"):
+        if k in out and out[k].tzinfo is None:
+            out[k] = out[k].replace(tzinfo=UTC)
+    if "body" in out:
+        out["body"] = bytes(out["body"])
+    return out
+
+
+def scan_rows(store_dir: Path, config: rmq.StoreConfig | None = None) -> list[dict[str, Any]]:
+    copy = store_dir.parent / (store_dir.name + "-scan-copy")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(store_dir, copy)
+    with rmq.MessageStore(copy, config) if config else rmq.MessageStore(copy) as store:
+        rows = [expected_row(m) for m in store.scan(0)]
+    shutil.rmtree(copy)
+    return rows
+
+
+def read_all(store_dir: Path, split_size: int, **kw: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for s in rs.plan_splits(store_dir, split_size):
+        for b in arrow.read_split(s.path, s.base, s.start, s.end, s.limit, **kw):
+            rows.extend(b.to_pylist())
+    return [normalise(r) for r in rows]
+
+
+# -- stores ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def matrix_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interop write matrix (blank fillers, IPv6, v2, transactions, a batch), plus a body holding a whole
+    record and the magic codes, written by rmq into 64 KiB segments."""
+    from test_interop import CONFIG, write_matrix
+
+    root = tmp_path_factory.mktemp("spark") / "store"
+    write_matrix(root)
+    with rmq.MessageStore(root, CONFIG) as store:
+        first = bytes(next(iter(store.scan(0))).raw)
+        trap = b"\xda\xa3\x20\xa7" * 8 + first + b"\xda\xa3\x20\xab\xcb\xd4\x31\x94" + first
+        for i in range(30):
+            store.put("Trap", trap, queue_id=i % 2, keys=f"trap-{i}")
+    return root
+
+
+@pytest.fixture(scope="module")
+def matrix_rows(matrix_store: Path) -> list[dict[str, Any]]:
+    from test_interop import CONFIG
+
+    return scan_rows(matrix_store, CONFIG)
+
+
+@pytest.fixture(scope="module")
+def fixture_rows() -> list[dict[str, Any]]:
+    from test_interop import CONFIG
+
+    return scan_rows(FIXTURE, CONFIG)
+
+
+# -- the split reader (no Spark) ---------------------------------------------------------------------------------
+
+
+def test_store_has_what_the_issue_asks_for(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    segments = sorted((matrix_store / "commitlog").iterdir())
+    blanks = 0
+    for p in segments[:-1]:
+        data = p.read_bytes()
+        last = rs.plan_splits(matrix_store, 1 << 30)  # one split per segment
+        assert last
+        # A full segment ends in the blank filler: find it by walking the records.
+        pos = 0
+        while True:
+            size, magic = struct.unpack_from(">iI", data, pos)
+            if magic == 0xCBD43194:
+                blanks += 1
+                break
+            pos += size
+    assert len(segments) >= 6 and blanks == len(segments) - 1
+    assert any(r["born_host"].startswith("[") for r in matrix_rows)
+    assert any(r["store_host"].startswith("[") for r in matrix_rows)
+    assert any(len(r["topic"]) > 127 for r in matrix_rows)
+    assert {"PREPARED", "COMMIT", "ROLLBACK", "NOT_TYPE"} <= {r["transaction_type"] for r in matrix_rows}
+
+
+@pytest.mark.parametrize("split_size", [1 << 30, 65536, 10_000, 997, 100])
+def test_splits_read_exactly_rmqs_scan(matrix_store: Path, matrix_rows: list[dict[str, Any]], split_size: int) -> None:
+    assert read_all(matrix_store, split_size) == matrix_rows
+
+
+def test_rocketmq_written_store_reads_exactly_rmqs_scan(fixture_rows: list[dict[str, Any]]) -> None:
+    assert len(fixture_rows) == 294
+    for split_size in (1 << 30, 4096, 333):
+        assert read_all(FIXTURE, split_size) == fixture_rows
+
+
+def read_cut(path: Path, base: int, cuts: list[int], limit: int) -> list[int]:
+    """commitlog offsets read by the splits between consecutive `cuts` of one segment."""
+    got = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        for batch in arrow.read_split(str(path), base, a, b, limit, schema=arrow.arrow_schema(["commitlog_offset"])):
+            got.extend(batch.column(0).to_pylist())
+    return got
+
+
+def test_awkward_cut_points_lose_and_duplicate_nothing(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    splits = {s.base: s for s in rs.plan_splits(matrix_store, 1 << 30)}
+    by_segment: dict[int, list[int]] = {}
+    for r in matrix_rows:
+        base = r["commitlog_offset"] - r["commitlog_offset"] % 65536
+        by_segment.setdefault(base, []).append(r["commitlog_offset"] - base)
+    for base, positions in by_segment.items():
+        s = splits[base]
+        data = Path(s.path).read_bytes()
+        want = [base + p for p in positions]
+        blank_at = positions[-1] + struct.unpack_from(">i", data, positions[-1])[0]
+        magic_in_body = [i for i in range(len(data) - 4) if data[i : i + 4] == b"\xda\xa3\x20\xa7"]
+        cut_sets = [
+            [0] + [p + 1 for p in positions] + [s.limit],  # one byte after every record start
+            [0] + [p - 1 for p in positions[1:]] + [s.limit],  # one byte before every start
+            [0, blank_at, s.limit],  # at the blank filler
+            [0, blank_at + 3, s.limit],  # inside the blank filler
+            sorted({0, s.limit, *[i for i in magic_in_body if i > 0][:50]}),  # on magic codes inside bodies
+            sorted({0, s.limit, *[i - 4 for i in magic_in_body if i > 4][:50]}),  # where such a record would start
+        ]
+        for cuts in cut_sets:
+            assert read_cut(Path(s.path), base, cuts, s.limit) == want, (base, cuts[:5])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_cut_points_lose_and_duplicate_nothing(matrix_store: Path, data: st.DataObject) -> None:
+    splits = rs.plan_splits(matrix_store, 1 << 30)
+    s = data.draw(st.sampled_from(splits))
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, s.limit), max_size=40))) | {0, s.limit})
+    whole = read_cut(Path(s.path), s.base, [0, s.limit], s.limit)
+    assert read_cut(Path(s.path), s.base, cuts, s.limit) == whole
+
+
+def test_trap_bodies_with_records_inside_are_read_as_bodies(matrix_store: Path) -> None:
+    rows = read_all(matrix_store, 50)
+    traps = [r for r in rows if r["topic"] == "Trap"]
+    assert len(traps) == 30 and len({r["commitlog_offset"] for r in rows}) == len(rows)
+
+
+def test_torn_tail_and_zero_segments_end_the_data(matrix_store: Path, tmp_path: Path) -> None:
+    """A torn last record (as a crash leaves it) and a pre-allocated all-zero segment after the data are not
+    messages; the reader stops where recovery would."""
+    from test_interop import CONFIG
+
+    copy = tmp_path / "torn"
+    shutil.copytree(matrix_store, copy)
+    expected = read_all(copy, 1 << 30)
+    segs = sorted((copy / "commitlog").iterdir())
+    last = segs[-1]
+    base = int(last.name)
+    end = arrow_end = rmq._native.segment_data_end(str(last), base)
+    data = bytearray(last.read_bytes())
+    # A torn record: header of a big record, nothing after it.
+    data[end : end + 8] = struct.pack(">iI", 5000, 0xDAA320A7)
+    last.write_bytes(bytes(data))
+    (copy / "commitlog" / f"{base + 65536:020d}").write_bytes(bytes(65536))
+    assert rmq._native.segment_data_end(str(last), base) == arrow_end
+    for split in (1 << 30, 1000):
+        assert read_all(copy, split) == expected
+    with rmq.MessageStore(copy, CONFIG) as store:  # recovery agrees
+        assert store.max_offset == base + end
+
+
+def test_damage_inside_the_data_is_an_error_not_a_silent_gap(matrix_store: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "damaged"
+    shutil.copytree(matrix_store, copy)
+    first = sorted((copy / "commitlog").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    size = struct.unpack_from(">i", data, 0)[0]
+    data[size + 4 : size + 8] = b"\0\0\0\0"  # the second record's magic
+    first.write_bytes(bytes(data))
+    with pytest.raises(rmq.CorruptionError, match="no record"):
+        read_all(copy, 1 << 30)
+
+
+def test_filters_and_column_subsets(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    times = sorted(r["store_timestamp"] for r in matrix_rows)
+    lo, hi = times[len(times) // 4], times[3 * len(times) // 4]
+    ms = lambda t: (t - EPOCH) // dt.timedelta(milliseconds=1)  # noqa: E731
+    got = read_all(matrix_store, 5000, topics=["TopicB", "Trap"], min_store_ms=ms(lo), max_store_ms=ms(hi))
+    assert got == [r for r in matrix_rows if r["topic"] in ("TopicB", "Trap") and lo <= r["store_timestamp"] <= hi]
+    cols = ["msg_id", "body", "keys"]
+    got = read_all(matrix_store, 5000, schema=arrow.arrow_schema(cols))
+    assert got == [{c: r[c] for c in cols} for r in matrix_rows]
+    with pytest.raises(ValueError, match="unknown column"):
+        rmq._native.SplitReader("x", 0, 0, 1, 1, columns=["nope"])
+
+
+def test_decode_records_from_a_binary_column(matrix_rows: list[dict[str, Any]], matrix_store: Path) -> None:
+    from test_interop import CONFIG
+
+    copy = matrix_store.parent / "decode-copy"
+    shutil.copytree(matrix_store, copy, dirs_exist_ok=True)
+    with rmq.MessageStore(copy, CONFIG) as store:
+        raws = [bytes(m.raw) for m in store.scan(0)]
+    arr = pa.array([*raws[:50], None, b"not a record", raws[0] + b"x"], pa.binary())
+    out = arrow.decode_records(arr.slice(0, 53))  # a slice: the array offset is honoured
+    rows = out.to_pylist()
+    assert [normalise(r) for r in rows[:50]] == matrix_rows[:50]
+    assert rows[50] is None and rows[51] is None and rows[52] is None
+    with pytest.raises(ValueError, match="row 51 is not a commitlog record"):
+        arrow.decode_records(arr, strict=True)
+    sliced = arrow.decode_column(arr.slice(10, 5), "msg_id").to_pylist()
+    assert sliced == [r["msg_id"] for r in matrix_rows[10:15]]
+    assert arrow.decode_column(arr, "msg_id").to_pylist()[50:] == [None, None, None]
+    hashes = arrow.java_hash(pa.array(["TagA", None, "标签", "😀", ""])).to_pylist()
+    assert hashes == [2598919, None, 857175, 1772899, 0]  # spec 16.4
+
+
+# -- Spark, local ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = rs.session(
+        "local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
+    )
+    yield session
+    session.stop()
+
+
+def spark_rows(df: Any) -> list[dict[str, Any]]:
+    return sorted((normalise(r.asDict(recursive=True)) for r in df.collect()), key=lambda r: r["commitlog_offset"])
+
+
+def test_dataframe_equals_rmqs_scan(spark: SparkSession, matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    df = rs.read(spark, matrix_store, splitSize=20_000)
+    assert df.rdd.getNumPartitions() > len(list((matrix_store / "commitlog").iterdir()))  # segments are cut
+    assert spark_rows(df) == matrix_rows
+    assert df.schema == rs.SCHEMA
+
+
+def test_dataframe_of_the_rocketmq_store(spark: SparkSession, fixture_rows: list[dict[str, Any]]) -> None:
+    assert spark_rows(spark.read.format("rocketmq").load(str(FIXTURE))) == fixture_rows
+    commitlog_only = spark.read.format("rocketmq").option("splitSize", 5000).load(str(FIXTURE / "commitlog"))
+    assert spark_rows(commitlog_only) == fixture_rows
+
+
+def test_pushed_filters_give_what_spark_would(spark: SparkSession, matrix_store: Path) -> None:
+    df = rs.read(spark, matrix_store, splitSize=30_000)
+    plain = rs.read(spark, matrix_store, splitSize=30_000, pushdown="false")
+    t = sorted(r[0] for r in df.select("store_timestamp").collect())[100]
+    queries = [
+        (F.col("topic") == "TopicB"),
+        F.col("topic").isin("TopicA", "Trap"),
+        (F.col("store_timestamp") > F.lit(t)),
+        (F.col("store_timestamp") >= F.lit(t)) & (F.col("topic") == "TopicA"),
+        (F.col("store_timestamp") < F.lit(t)),
+        (F.col("store_timestamp") <= F.lit(t)),
+        (F.col("store_timestamp") == F.lit(t)),
+        (F.col("store_timestamp") == F.lit(t + dt.timedelta(microseconds=1))),
+        (F.col("topic") == "TopicA") & (F.col("topic") == "TopicB"),
+    ]
+    for q in queries:
+        pushed = df.where(q)
+        assert spark_rows(pushed) == spark_rows(plain.where(q)), str(q)
+
+    def plan(frame: Any) -> str:
+        return str(frame.where(F.col("topic") == "TopicB")._jdf.queryExecution().executedPlan().toString())
+
+    assert "Filter (" in plan(plain) and "Filter (" not in plan(df)  # pushed into the source
+    reader = rs.RocketMQPushdownReader({"path": str(matrix_store)}, rs.SCHEMA)
+    left = list(reader.pushFilters([rs.EqualTo(("topic",), "A"), rs.EqualTo(("queue_id",), 1)]))
+    assert left == [rs.EqualTo(("queue_id",), 1)] and reader.topics == ["A"]
+
+
+def test_timestamp_literals_convert_exactly_across_a_dst_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark passes timestamp filter values as naive local datetimes (`fromtimestamp`); in the repeated hour of a
+    DST change only a fold-aware conversion gets the instant back."""
+    from pyspark.sql.types import TimestampType
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        start = int((dt.datetime(2026, 10, 24, 23, 0, tzinfo=UTC) - EPOCH).total_seconds()) * 1_000_000
+        for step in range(0, 4 * 3600, 450):
+            us = start + step * 1_000_000 + 123_456
+            assert rs._micros(TimestampType().fromInternal(us)) == us
+            assert rs._micros(ts(us // 1000)) == us // 1000 * 1000
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_user_schema_selects_columns(
+    spark: SparkSession, matrix_store: Path, matrix_rows: list[dict[str, Any]]
+) -> None:
+    df = spark.read.format("rocketmq").schema("commitlog_offset bigint, keys array<string>").load(str(matrix_store))
+    assert spark_rows(df) == [{"commitlog_offset": r["commitlog_offset"], "keys": r["keys"]} for r in matrix_rows]
+    bad = spark.read.format("rocketmq").schema("topic int").load(str(matrix_store))
+    with pytest.raises(Exception, match="is not one of the rocketmq source"):
+        bad.collect()
+
+
+def test_udfs_over_binary_columns(spark: SparkSession, matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    from test_interop import CONFIG
+
+    copy = matrix_store.parent / "udf-copy"
+    shutil.copytree(matrix_store, copy, dirs_exist_ok=True)
+    with rmq.MessageStore(copy, CONFIG) as store:
+        raws = [(bytes(m.raw),) for m in store.scan(0)]
+    df = spark.createDataFrame(raws + [(b"junk",), (None,)], "record binary")
+    out = df.select(
+        F.expr("rmq_decode(record)").alias("m"),
+        F.expr("rmq_msg_id(record)").alias("id"),
+        F.expr("rmq_properties(record)").alias("p"),
+        F.expr("rmq_tags_hash(rmq_decode(record).tags)").alias("h"),
+    ).collect()
+    decoded = [normalise(r["m"].asDict(recursive=True)) for r in out[: len(raws)]]
+    assert decoded == matrix_rows
+    assert [r["id"] for r in out[: len(raws)]] == [m["msg_id"] for m in matrix_rows]
+    assert [r["p"] for r in out[: len(raws)]] == [m["properties"] for m in matrix_rows]
+    tag_a = [r["h"] for r, m in zip(out, matrix_rows, strict=False) if m["tags"] == "TagA"]
+    assert tag_a and set(tag_a) == {2598919}
+    assert out[-2]["m"] is None and out[-1]["m"] is None and out[-1]["id"] is None
+    # SQL, over Spark's binaryFile reader: a segment file is one record-bearing blob; decode its first record.
+    seg = sorted((copy / "commitlog").iterdir())[0]
+    files = spark.read.format("binaryFile").load(str(seg))
+    size = struct.unpack_from(">i", seg.read_bytes(), 0)[0]
+    files.createOrReplaceTempView("segments")
+    first = spark.sql(f"select rmq_decode(substring(content, 1, {size})).topic as t from segments").collect()
+    assert first[0]["t"] == matrix_rows[0]["topic"]
+
+
+def test_everything_shipped_to_executors_pickles(matrix_store: Path) -> None:
+    from pyspark import cloudpickle  # what Spark ships closures and partitions with
+
+    source = rs.RocketMQDataSource({"path": str(matrix_store)})
+    reader = source.reader(rs.SCHEMA)
+    list(reader.pushFilters([rs.EqualTo(("topic",), "TopicA")]))
+    for obj in [source, reader, *reader.partitions()]:
+        back = pickle.loads(cloudpickle.dumps(obj))
+        assert vars(back) == vars(obj)
+    r2 = pickle.loads(cloudpickle.dumps(reader))
+    rows = [row for p in r2.partitions() for b in r2.read(p) for row in b.to_pylist()]
+    assert rows and {r["topic"] for r in rows} == {"TopicA"}
+    for f in rs.udfs().values():
+        assert pickle.loads(cloudpickle.dumps(f.func))  # the Python function Spark ships
+
+
+def test_pipeline_local(
+    spark: SparkSession, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    result = rs.run_pipeline(spark, matrix_store, tmp_path / "out")
+    check_pipeline(result, tmp_path / "out", matrix_rows)
+
+
+def check_pipeline(result: dict[str, Any], out: Path, rows: list[dict[str, Any]]) -> None:
+    topics = {r["topic"]: r for r in result["summary_topics"]}
+    assert set(topics) == {r["topic"] for r in rows}
+    for t, s in topics.items():
+        mine = [r for r in rows if r["topic"] == t]
+        assert s["messages"] == len(mine) and s["bytes"] == sum(r["store_size"] for r in mine)
+    queues = {(r["topic"], r["queue_id"]): r["messages"] for r in result["summary_queues"]}
+    assert sum(queues.values()) == len(rows)
+    days = {p.name for p in (out / "messages").glob("topic=*/day=*")}
+    assert days and all(d.startswith("day=20") for d in days)
+    parts = list((out / "messages").glob("topic=TopicA/day=*/*.parquet"))
+    assert parts
+    import pyarrow.parquet as pq
+
+    total = sum(pq.read_metadata(p).num_rows for p in (out / "messages").glob("topic=*/day=*/*.parquet"))
+    assert total == len(rows)
+    assert all(r["rank"] <= 5 for r in result["summary_top_keys"])
+
+
+# -- Spark standalone cluster on loopback ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone master and two workers on 127.0.0.1 (pyspark's own launcher), for one test."""
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    port = free_port()
+    master = f"spark://127.0.0.1:{port}"
+    commands = [
+        ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)],
+        *[["org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g"]]
+        * 2,
+    ]
+    with contextlib.ExitStack() as stack:
+        procs: list[subprocess.Popen[bytes]] = []
+
+        def stop() -> None:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+        stack.callback(stop)
+        for i, cmd in enumerate(commands):
+            log = stack.enter_context(open(tmp_path / f"daemon{i}.log", "wb"))
+            ui = ["--webui-port", str(free_port())]
+            procs.append(subprocess.Popen([spark_class, *cmd, *ui], env=env, stdout=log, stderr=subprocess.STDOUT))
+            if i == 0:
+                wait_port(port)
+        deadline = time.monotonic() + 90
+        while (tmp_path / "daemon0.log").read_text(errors="replace").count("Registering worker") < 2:
+            assert time.monotonic() < deadline, (tmp_path / "daemon0.log").read_text(errors="replace")[-3000:]
+            time.sleep(0.3)
+        yield master
+
+
+def test_pipeline_on_a_standalone_cluster(
+    cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """`rmq spark STORE OUT --master spark://…`: the job runs on two workers (executor processes that are not
+    the driver), with the driver's Python environment."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmq.cli", "spark", str(matrix_store), str(out), "--master", cluster,
+         "--json", str(tmp_path / "result.json")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    import json
+
+    result = json.loads((tmp_path / "result.json").read_text())
+    check_pipeline(result, out, matrix_rows)
+    assert len(result["executors"]) == 2, result["executors"]
+
+
+def test_demo_ends_with_the_spark_job(tmp_path: Path) -> None:
+    """The README's main job: `rmq demo` writes, reads, consumes, then runs the Spark job over its store."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmq.cli", "demo", "--store", str(tmp_path / "store"), "--messages", "300",
+         "--spark-out", str(tmp_path / "parquet")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "Spark job done" in proc.stdout and "OrderCreated" in proc.stdout
+    assert list((tmp_path / "parquet" / "messages").glob("topic=*/day=*/*.parquet"))
