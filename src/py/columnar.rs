@@ -188,9 +188,38 @@ fn bytes_of(b: &PyBuffer<u8>) -> PyResult<&[u8]> {
     Ok(unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) })
 }
 
-/// Decodes the records of an Arrow binary array given as its buffers: `offsets` (int32, `length + offset + 1`
-/// entries), `data`, optional `validity` bitmap, and the array's `offset` and `length`. A row that is null stays
-/// null; a row that is not exactly one record becomes null, or, with `strict`, raises ValueError naming it.
+/// The rows of an Arrow binary or string array given as its buffers: `offsets` (int32, `offset + length + 1`
+/// entries), `data`, optional `validity` bitmap, and the array's `offset` and `length`; `None` for a null row.
+fn arrow_rows<'a>(
+    offsets: &'a [u8],
+    data: &'a [u8],
+    validity: Option<&'a [u8]>,
+    offset: usize,
+    length: usize,
+) -> PyResult<Vec<Option<&'a [u8]>>> {
+    let need = (offset + length + 1) * 4;
+    if offsets.len() < need {
+        return Err(PyValueError::new_err(format!("offsets buffer holds {} bytes, {need} needed", offsets.len())));
+    }
+    let at = |i: usize| {
+        let v = i32::from_le_bytes([offsets[i * 4], offsets[i * 4 + 1], offsets[i * 4 + 2], offsets[i * 4 + 3]]);
+        usize::try_from(v).ok()
+    };
+    let mut rows = Vec::with_capacity(length);
+    for r in offset..offset + length {
+        let valid = validity.is_none_or(|v| v.get(r / 8).is_some_and(|b| b & (1 << (r % 8)) != 0));
+        let slice = at(r).zip(at(r + 1)).and_then(|(s, e)| data.get(s..e));
+        match (valid, slice) {
+            (false, _) => rows.push(None),
+            (true, Some(b)) => rows.push(Some(b)),
+            (true, None) => return Err(PyValueError::new_err(format!("row {}: offsets out of range", r - offset))),
+        }
+    }
+    Ok(rows)
+}
+
+/// Decodes the records of an Arrow binary array given as its buffers (see `arrow_rows`). A row that is null
+/// stays null; a row that is not exactly one record becomes null, or, with `strict`, raises ValueError naming it.
 #[pyfunction]
 #[pyo3(signature = (offsets, data, validity, offset, length, *, columns=None, strict=false))]
 #[allow(clippy::too_many_arguments)]
@@ -205,25 +234,8 @@ fn decode_records<'py>(
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mask = mask(columns)?;
-    let (offsets, data) = (bytes_of(&offsets)?, bytes_of(&data)?);
     let validity = validity.as_ref().map(bytes_of).transpose()?;
-    let need = (offset + length + 1) * 4;
-    if offsets.len() < need {
-        return Err(PyValueError::new_err(format!("offsets buffer holds {} bytes, {need} needed", offsets.len())));
-    }
-    let at =
-        |i: usize| i32::from_le_bytes([offsets[i * 4], offsets[i * 4 + 1], offsets[i * 4 + 2], offsets[i * 4 + 3]]);
-    let mut rows: Vec<Option<&[u8]>> = Vec::with_capacity(length);
-    for r in offset..offset + length {
-        let valid = validity.is_none_or(|v| v.get(r / 8).is_some_and(|b| b & (1 << (r % 8)) != 0));
-        let (s, e) = (at(r), at(r + 1));
-        let slice = usize::try_from(s).ok().zip(usize::try_from(e).ok()).and_then(|(s, e)| data.get(s..e));
-        match (valid, slice) {
-            (false, _) => rows.push(None),
-            (true, Some(b)) => rows.push(Some(b)),
-            (true, None) => return Err(PyValueError::new_err(format!("row {}: offsets out of range", r - offset))),
-        }
-    }
+    let rows = arrow_rows(bytes_of(&offsets)?, bytes_of(&data)?, validity, offset, length)?;
     let batch = py
         .detach(|| columnar::decode_records(rows, mask, strict))
         .map_err(|(row, why)| PyValueError::new_err(format!("row {row} is not a commitlog record: {why}")))?;
@@ -242,26 +254,14 @@ fn java_hash_strings<'py>(
     offset: usize,
     length: usize,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let (offsets, data) = (bytes_of(&offsets)?, bytes_of(&data)?);
-    let validity_in = validity.as_ref().map(bytes_of).transpose()?;
-    if offsets.len() < (offset + length + 1) * 4 {
-        return Err(PyValueError::new_err("offsets buffer too short"));
-    }
-    let at =
-        |i: usize| i32::from_le_bytes([offsets[i * 4], offsets[i * 4 + 1], offsets[i * 4 + 2], offsets[i * 4 + 3]]);
+    let validity = validity.as_ref().map(bytes_of).transpose()?;
+    let rows = arrow_rows(bytes_of(&offsets)?, bytes_of(&data)?, validity, offset, length)?;
     let mut values = Vec::with_capacity(length * 8);
-    let mut valid = Vec::with_capacity(length);
-    for r in offset..offset + length {
-        let ok = validity_in.is_none_or(|v| v.get(r / 8).is_some_and(|b| b & (1 << (r % 8)) != 0));
-        let s = usize::try_from(at(r)).ok().zip(usize::try_from(at(r + 1)).ok()).and_then(|(s, e)| data.get(s..e));
-        let h = match (ok, s) {
-            (true, Some(b)) => i64::from(crate::java::utf8_bytes_hash(b)),
-            (true, None) => return Err(PyValueError::new_err(format!("row {}: offsets out of range", r - offset))),
-            (false, _) => 0,
-        };
+    for row in &rows {
+        let h = row.map_or(0, |b| i64::from(crate::java::utf8_bytes_hash(b)));
         values.extend_from_slice(&h.to_le_bytes());
-        valid.push(ok);
     }
+    let valid: Vec<bool> = rows.iter().map(Option::is_some).collect();
     let validity = if valid.iter().all(|v| *v) { py.None().into_bound(py) } else { buf(py, bitmap(&valid))? };
     PyTuple::new(py, [buf(py, values)?, validity])
 }
