@@ -402,14 +402,17 @@ def executor_ids(spark: SparkSession) -> list[str]:
 
 
 def print_summary(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
-    print(f"Parquet by topic and day: {Path(out) / 'messages'}")
-    for r in result["summary_topics"]:
+    """The summaries as text: per topic its messages, bytes and time range, its queues, and its top keys."""
+    print(f"Parquet by topic and day: {Path(out) / 'messages'}; summaries: {Path(out) / 'summary_*'}")
+    for t in result["summary_topics"]:
+        name = t["topic"] if len(t["topic"]) <= 40 else t["topic"][:37] + "..."
         print(
-            f"  {r['topic']}: {r['messages']} messages, {r['bytes']} bytes, "
-            f"{r['first_store_time']} .. {r['last_store_time']}"
+            f"  {name}: {t['messages']} messages, {t['bytes']} bytes, {t['first_store_time']} .. {t['last_store_time']}"
         )
-    for r in result["summary_top_keys"]:
-        print(f"    top key #{r['rank']} of {r['topic']}: {r['key']} ({r['count']})")
+        queues = [q for q in result["summary_queues"] if q["topic"] == t["topic"]]
+        print("    queues: " + ", ".join(f"q{q['queue_id']} {q['messages']} ({q['bytes']} B)" for q in queues))
+        keys = [k for k in result["summary_top_keys"] if k["topic"] == t["topic"]]
+        print("    top keys: " + (", ".join(f"{k['key']} ({k['count']})" for k in keys) or "-"))
 
 
 if __name__ == "__main__":
