@@ -619,7 +619,10 @@ impl SplitReader {
             let pos = self.pos;
             match read_at(&mut self.w, self.base, pos, self.limit)? {
                 At::Record(h, size) => {
-                    let record = &self.w.get(pos, size)?[..size];
+                    // `read_at` parsed the whole record from this window: the bytes are there.
+                    let Some(record) = self.w.get(pos, size)?.get(..size) else {
+                        return Err(self.damage(pos));
+                    };
                     if self.filter.keeps(record, &h) {
                         batch.push_record(record, &h);
                     }
