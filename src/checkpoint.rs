@@ -13,17 +13,16 @@ pub struct LockFile {
     _file: File,
 }
 
+/// Opens `path` for reading and writing, creating it empty if missing and keeping its bytes if not.
+fn open_or_create(path: &Path) -> Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, e))
+}
+
 impl LockFile {
     /// Takes the lock or fails with [`Error::Locked`].
     pub fn acquire(root: &Path) -> Result<Self> {
         let path = root.join("lock");
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+        let mut file = open_or_create(&path)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(root.to_owned())),
@@ -135,13 +134,7 @@ impl StoreCheckpoint {
     pub fn open(root: &Path) -> Result<Self> {
         use std::os::unix::fs::FileExt;
         let path = root.join("checkpoint");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+        let file = open_or_create(&path)?;
         let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
         if len < CHECKPOINT_FILE_SIZE {
             file.set_len(CHECKPOINT_FILE_SIZE).map_err(|e| Error::io(&path, e))?;

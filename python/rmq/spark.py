@@ -172,8 +172,10 @@ class RocketMQReader(DataSourceReader):
                     f"column {f.name} {f.dataType.simpleString()} is not one of the rocketmq source's: {SCHEMA_DDL}"
                 )
         self.columns = [f.name for f in schema]
-        self.arrow_schema = arrow.arrow_schema(self.columns)
-        self.nullable = [f.nullable for f in schema]
+        # The batches' schema must equal Spark's, nullability included (a user schema may differ from ours).
+        self.arrow_schema = pa.schema(
+            [f.with_nullable(s.nullable) for f, s in zip(arrow.arrow_schema(self.columns), schema, strict=True)]
+        )
         self.topics: list[str] | None = None
         self.min_ms: int | None = None
         self.max_ms: int | None = None
@@ -185,7 +187,6 @@ class RocketMQReader(DataSourceReader):
         from rmq import arrow
 
         assert isinstance(partition, Split)
-        schema = pa.schema([f.with_nullable(n) for f, n in zip(self.arrow_schema, self.nullable, strict=True)])
         if self.min_ms is not None and self.max_ms is not None and self.min_ms > self.max_ms:
             return
         yield from arrow.read_split(
@@ -194,7 +195,7 @@ class RocketMQReader(DataSourceReader):
             partition.start,
             partition.end,
             partition.limit,
-            schema=schema,
+            schema=self.arrow_schema,
             topics=self.topics,
             min_store_ms=self.min_ms,
             max_store_ms=self.max_ms,

@@ -172,12 +172,6 @@ fn segment_data_end(py: Python<'_>, path: PathBuf, base: i64) -> PyResult<u64> {
     py.detach(|| columnar::segment_data_end(&path, base)).map_err(to_py)
 }
 
-/// The first record start at or after `start` (below `limit`), or None.
-#[pyfunction]
-fn find_record_boundary(py: Python<'_>, path: PathBuf, base: i64, start: u64, limit: u64) -> PyResult<Option<u64>> {
-    py.detach(|| columnar::find_boundary(&path, base, start, limit)).map_err(to_py)
-}
-
 #[allow(unsafe_code)]
 fn bytes_of(b: &PyBuffer<u8>) -> PyResult<&[u8]> {
     if !b.is_c_contiguous() {
@@ -271,7 +265,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SplitReader>()?;
     m.add("COLUMNS", columnar::COLUMNS.to_vec())?;
     m.add_function(wrap_pyfunction!(segment_data_end, m)?)?;
-    m.add_function(wrap_pyfunction!(find_record_boundary, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(java_hash_strings, m)?)?;
     Ok(())

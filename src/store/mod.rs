@@ -543,6 +543,12 @@ impl MessageStore {
             return Err(e);
         }
         self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
+        self.flush_derived(dispatched)
+    }
+
+    /// Flushes the consume queues and the index, then records in the checkpoint that messages dispatched up to
+    /// store time `dispatched` are flushed. The commitlog must be flushed first.
+    fn flush_derived(&self, dispatched: i64) -> Result<()> {
         self.queues.flush()?;
         if let Some(index) = &self.index {
             index.flush()?;
@@ -568,11 +574,7 @@ impl MessageStore {
             return Ok(());
         }
         self.commitlog.flush()?;
-        self.queues.flush()?;
-        if let Some(index) = &self.index {
-            index.flush()?;
-        }
-        self.write_checkpoint(dispatched)
+        self.flush_derived(dispatched)
     }
 
     /// The checkpoint file's values (spec §8.1).
@@ -590,11 +592,7 @@ impl MessageStore {
                 self.commitlog.flush()?;
                 self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
                 self.drain()?;
-                self.queues.flush()?;
-                if let Some(index) = &self.index {
-                    index.flush()?;
-                }
-                self.write_checkpoint(self.dispatched_timestamp.load(Ordering::Acquire))?;
+                self.flush_derived(self.dispatched_timestamp.load(Ordering::Acquire))?;
                 abort.remove()
             })(),
             State::Poisoned(_) | State::Closed => Ok(()),
