@@ -309,10 +309,13 @@ impl ConsumeQueue {
     }
 
     /// `ConsumeQueue.recover` (spec §6.4): scans the last three files for valid entries and truncates after them.
-    pub fn recover(&self) -> Result<()> {
+    /// Returns whether non-zero bytes followed the first invalid entry: a hole that a killed process cannot
+    /// leave (entries are written in order), so entries after it were lost (power loss, damage) and the
+    /// queue must be rebuilt from the commitlog from its last good entry on.
+    pub fn recover(&self) -> Result<bool> {
         let files = self.files.files();
         let mut w = self.lock();
-        let Some(last) = files.last() else { return Ok(()) };
+        let Some(last) = files.last() else { return Ok(false) };
         let mut max_physic = -1i64;
         let mut process = last.start();
         let from = files.len().saturating_sub(3);
@@ -336,7 +339,28 @@ impl ConsumeQueue {
                 break;
             }
         }
+        // A torn last entry is at most 20 bytes; anything non-zero after it is a hole.
+        let hole = files.iter().filter(|f| f.end() > process + UNIT).any(|f| {
+            let from = (process + UNIT).max(f.start());
+            let bytes = f.slice((from - f.start()) as usize, (f.end() - from) as usize).unwrap_or_default();
+            bytes.iter().fold(0u8, |a, &b| a | b) != 0
+        });
         self.truncate_files_after(process)?;
+        w.max_physic_offset = max_physic;
+        self.max_physic.store(max_physic, Ordering::Release);
+        Ok(hole)
+    }
+
+    /// Drops every entry from queue offset `q` on (they disagree with the commitlog) and republishes the max
+    /// physical offset from the entry before `q`. Only called while no other thread uses the queue (open).
+    pub fn truncate_to(&self, q: u64) -> Result<()> {
+        let mut w = self.lock();
+        self.truncate_files_after(q.saturating_mul(UNIT))?;
+        let max_physic = q
+            .checked_sub(1)
+            .and_then(|p| self.entry(p))
+            .filter(|e| !e.is_pre_blank() && e.is_valid())
+            .map_or(-1, |e| e.end());
         w.max_physic_offset = max_physic;
         self.max_physic.store(max_physic, Ordering::Release);
         Ok(())

@@ -118,6 +118,28 @@ impl MappedFile {
         true
     }
 
+    /// Writes the 8 bytes at `pos` with one store instruction, after every earlier write to the mapping: the
+    /// commit point of an append (the first record's TOTALSIZE and MAGIC, or an end-of-file blank). A process
+    /// killed at any instant leaves either all 8 bytes or none of them, and never these bytes without the ones
+    /// written before them (the crash model in `commitlog::recover`).
+    pub fn write_commit_word(&self, pos: usize, word: [u8; 8]) -> bool {
+        let Some(end) = pos.checked_add(8) else { return false };
+        if end > self.map.len() {
+            return false;
+        }
+        // Every byte copied before this call is in the mapping before the word (program order for a killed
+        // process; the fence also orders it for any other observer of the shared mapping).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        #[allow(unsafe_code)]
+        // SAFETY: `pos..pos + 8` lies inside the mapping (checked above) and is not published yet, so no reader
+        // holds a slice of it (invariant 1). `write_unaligned` has no alignment requirement and is one 8-byte
+        // store on the targets rmq builds for.
+        unsafe {
+            self.map.as_mut_ptr().add(pos).cast::<u64>().write_unaligned(u64::from_ne_bytes(word));
+        }
+        true
+    }
+
     /// Flushes `[pos, pos + len)` to disk (msync).
     pub fn flush_range(&self, pos: usize, len: usize) -> Result<()> {
         if len == 0 {

@@ -54,6 +54,15 @@ fn snapshot(root: &Path) -> BTreeMap<String, Vec<u8>> {
     segment_names(root).into_iter().map(|n| (n.clone(), std::fs::read(commitlog_dir(root).join(&n)).unwrap())).collect()
 }
 
+/// Makes the store look as a process killed during its last put leaves it: the abort file of the run that did
+/// not close, and no derived entry for the unfinished put (they are rebuilt on open).
+fn crashed(root: &Path) {
+    std::fs::write(root.join("abort"), b"").unwrap();
+    for d in ["consumequeue", "index"] {
+        let _ = std::fs::remove_dir_all(root.join(d));
+    }
+}
+
 fn patch_file(path: &Path, at: usize, bytes: &[u8]) {
     let mut data = std::fs::read(path).unwrap();
     data[at..at + bytes.len()].copy_from_slice(bytes);
@@ -280,6 +289,7 @@ fn torn_last_record_is_discarded_on_reopen() {
     patch_file(&path, pos + half, &vec![0u8; len as usize - half]);
     let written = std::fs::read(&path).unwrap()[pos..pos + half].iter().rposition(|&b| b != 0).unwrap() + 1;
 
+    crashed(dir.path());
     let store = open(dir.path());
     let report = store.open_report().clone();
     assert_eq!(report.end_offset, last);
@@ -311,6 +321,7 @@ fn half_written_header_is_discarded() {
         patch_file(&path, end as usize, &head);
         let written = head.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
 
+        crashed(dir.path());
         let store = open(dir.path());
         assert_eq!(store.open_report().end_offset, end);
         assert_eq!(store.open_report().discarded_bytes, written);
@@ -328,6 +339,7 @@ fn garbage_after_the_end_is_discarded_on_reopen() {
     let garbage = body(42, 100);
     patch_file(&path, (end - seg_start) as usize, &garbage);
 
+    crashed(dir.path());
     let store = open(dir.path());
     let report = store.open_report();
     assert_eq!((report.end_offset, report.discarded_bytes), (end, 100));
@@ -350,6 +362,7 @@ fn flipped_body_byte_in_last_record_truncates_only_when_crc_is_checked() {
 
         let mut cfg = config(SEG);
         cfg.commit_log.check_crc_on_recover = check_crc;
+        crashed(dir.path());
         let store = MessageStore::open(dir.path(), cfg).unwrap();
         if check_crc {
             assert_eq!(store.open_report().end_offset, last);

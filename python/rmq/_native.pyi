@@ -224,6 +224,8 @@ class GetMessageResult:
     @property
     def filter_message_count(self) -> int: ...
     @property
+    def damaged(self) -> list[tuple[int, int, str]]: ...
+    @property
     def buffer_total_size(self) -> int: ...
     @property
     def message_count(self) -> int: ...
@@ -237,7 +239,9 @@ class GetMessageResult:
 
 @disjoint_base
 class MessageStore:
-    def __new__(cls, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None) -> Self: ...
+    def __new__(
+        cls, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None, recovery: str = "strict"
+    ) -> Self: ...
     def put(
         self,
         topic: str,

@@ -127,6 +127,14 @@ class QueryMessageResult(NamedTuple):
     index_last_update_phy_offset: int
 
 
+Recovery = Literal["strict", "truncate", "salvage"]
+"""What opening does with damage inside the commitlog's data (bytes a killed process cannot leave):
+"strict" refuses with `CorruptionError` naming file and offset and changes nothing; "truncate" cuts the log at
+the first damaged record as RocketMQ does; "salvage" skips only the damaged bytes. Each cut or skip is listed
+in `open_report["damage"]`. A torn, unacknowledged append left by a killed process is discarded in every mode
+(`open_report["torn_bytes"]`)."""
+
+
 class MessageStore(_native.MessageStore):
     """An open store directory: RocketMQ's commitlog, consume queues and index, written and read byte-compatibly.
 
@@ -140,13 +148,23 @@ class MessageStore(_native.MessageStore):
     reput: ReputMessageService
 
     def __new__(
-        cls, path: str | os.PathLike[str], config: StoreConfig | None = None, *, start_reput: bool = True
+        cls,
+        path: str | os.PathLike[str],
+        config: StoreConfig | None = None,
+        *,
+        start_reput: bool = True,
+        recovery: Recovery = "strict",
     ) -> MessageStore:
         cfg = config if config is not None else StoreConfig()
-        return super().__new__(cls, os.fspath(path), cfg.to_native())
+        return super().__new__(cls, os.fspath(path), cfg.to_native(), recovery)
 
     def __init__(
-        self, path: str | os.PathLike[str], config: StoreConfig | None = None, *, start_reput: bool = True
+        self,
+        path: str | os.PathLike[str],
+        config: StoreConfig | None = None,
+        *,
+        start_reput: bool = True,
+        recovery: Recovery = "strict",
     ) -> None:
         self.config = config if config is not None else StoreConfig()
         self.reput = ReputMessageService(self)

@@ -51,6 +51,11 @@ impl GetMessageResult {
     fn filter_message_count(&self) -> u32 {
         self.inner.filter_message_count
     }
+    /// Entries passed over because their record is damaged: (queue offset, commitlog offset, reason).
+    #[getter]
+    fn damaged(&self) -> Vec<(i64, i64, String)> {
+        self.inner.damaged.clone()
+    }
     /// Sum of the returned records' sizes.
     #[getter]
     fn buffer_total_size(&self) -> u64 {

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::errors::to_py;
 use super::get::GetMessageResult;
 use super::message::{
     extract_properties, join_keys, BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType,
 };
-use crate::commitlog::Record;
+use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{BrokerRole, FlushDiskType, StoreConfig};
 use crate::error::Error;
 use crate::store::{self, BatchItem, PutMessage};
@@ -102,10 +102,11 @@ pub struct MessageStore {
 #[pymethods]
 impl MessageStore {
     #[new]
-    #[pyo3(signature = (path, config=None))]
-    fn new(py: Python<'_>, path: PathBuf, config: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    #[pyo3(signature = (path, config=None, recovery="strict"))]
+    fn new(py: Python<'_>, path: PathBuf, config: Option<&Bound<'_, PyDict>>, recovery: &str) -> PyResult<Self> {
         let config = config_from_dict(config)?;
-        let store = py.detach(|| store::MessageStore::open(&path, config)).map_err(to_py)?;
+        let options = store::open::OpenOptions { recovery: RecoveryMode::parse(recovery).map_err(to_py)? };
+        let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
         Ok(MessageStore { inner: Arc::new(store) })
     }
 
@@ -312,6 +313,19 @@ impl MessageStore {
         d.set_item("discarded_bytes", r.discarded_bytes)?;
         d.set_item("removed_files", r.removed_files)?;
         d.set_item("stop_reason", r.stop_reason.clone())?;
+        d.set_item("torn_bytes", r.torn_bytes)?;
+        d.set_item("recovery", r.mode.name())?;
+        let damage = PyList::empty(py);
+        for x in &r.damage {
+            let e = PyDict::new(py);
+            e.set_item("path", x.path.display().to_string())?;
+            e.set_item("offset", x.offset)?;
+            e.set_item("bytes", x.bytes)?;
+            e.set_item("reason", x.reason.clone())?;
+            e.set_item("dropped_records", x.dropped_records)?;
+            damage.append(e)?;
+        }
+        d.set_item("damage", damage)?;
         Ok(d)
     }
 
@@ -401,6 +415,9 @@ impl MessageStore {
         d.set_item("redispatched_records", r.redispatched_records)?;
         d.set_item("rebuilt_cq_entries", r.rebuilt_cq_entries)?;
         d.set_item("skipped_dirs", r.skipped_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())?;
+        d.set_item("rebuilt_queues", r.rebuilt_queues.clone())?;
+        d.set_item("rebuilt_reasons", r.rebuilt_reasons.clone())?;
+        d.set_item("checkpoint_restart", r.checkpoint_restart)?;
         Ok(d)
     }
 

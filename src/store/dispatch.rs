@@ -5,15 +5,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Step};
 use crate::commitlog::CommitLog;
 use crate::consume_queue::{self, ConsumeQueue};
 use crate::error::{Error, Result};
 use crate::index::{IndexRequest, IndexService};
 use crate::java::decode_utf8_lossy;
-use crate::message::decode::{check_record, CheckOptions, Invalid, RecordCheck};
 use crate::message::properties;
 use crate::message::tags::tags_code_of;
-use crate::message::{TransactionType, END_FILE_MIN_BLANK_LENGTH};
+use crate::message::TransactionType;
 
 type QueueMap = HashMap<String, HashMap<i32, Arc<ConsumeQueue>>>;
 
@@ -216,87 +216,87 @@ impl Dispatcher<'_> {
     ) -> Result<DispatchRound> {
         let mut round = DispatchRound { reput_offset: from, ..DispatchRound::default() };
         let mut arrivals: HashMap<usize, Arrival> = HashMap::new();
-        let mut offset = from.max(log.min_offset());
         let mut cache: Option<(Vec<u8>, i32, Arc<ConsumeQueue>)> = None;
-        'segments: while offset < end && round.records < max_records {
-            let Some(file) = log.queue().find(offset) else { break };
-            let limit = file.end().min(end);
-            if file.end() - offset < END_FILE_MIN_BLANK_LENGTH as u64 {
-                offset = file.end();
+        let mut cursor = log.cursor(from.max(log.min_offset()), end);
+        while round.records < max_records {
+            let at = cursor.offset();
+            let (file, reason) = match cursor.next() {
+                None => break,
+                Some(Step::Record(rec)) => {
+                    let h = &rec.header;
+                    let record = rec.bytes();
+                    let size = h.total_size as u64;
+                    let topic_bytes = h.topic(record);
+                    let props = StoreProps::of(h.properties(record));
+                    let code = tags_code_of(topic_bytes, props.tags, props.delay, h.store_timestamp, self.delay_levels);
+                    match code.ok() {
+                        None => round.issues.push(DispatchIssue {
+                            offset: at,
+                            reason: "DELAY of a SCHEDULE_TOPIC_XXXX record is not a number".into(),
+                            skipped: size,
+                        }),
+                        Some(code) => {
+                            let written = self.dispatch_record(h, record, &props, code, &mut cache, &mut round)?;
+                            if let (true, Some(cq)) = (want_arrivals, written) {
+                                let key = Arc::as_ptr(&cq) as usize;
+                                let a = arrivals.entry(key).or_insert_with(|| Arrival {
+                                    topic: cq.topic().to_owned(),
+                                    queue_id: cq.queue_id(),
+                                    next_offset: 0,
+                                    tags_code: 0,
+                                    store_timestamp: 0,
+                                });
+                                a.next_offset = cq.max_offset() as i64;
+                                a.tags_code = code;
+                                a.store_timestamp = h.store_timestamp;
+                            }
+                            round.records += 1;
+                            round.last_store_timestamp = h.store_timestamp;
+                        }
+                    }
+                    continue;
+                }
+                Some(Step::Blank { .. }) => continue,
+                // The record is not fully written below `end` yet: wait for the next round.
+                Some(Step::Partial { .. }) => break,
+                Some(Step::Missing { offset }) => {
+                    // A segment removed by retention under the dispatcher: go on from the log's start.
+                    let min = log.min_offset();
+                    if offset < min {
+                        cursor.seek(min);
+                        continue;
+                    }
+                    break;
+                }
+                Some(Step::Zero { file, .. }) => (file, "bad magic code 0x00000000".to_owned()),
+                Some(Step::Invalid { file, reason, .. }) => (file, reason),
+            };
+            // Bytes inside the published data that are not a record: damage. Go on with the next record that
+            // validates completely and names its own offset in this segment (never skipping intact records),
+            // or with the next segment if there is none. A rest of the segment that is all zeros is not an issue.
+            if let Some(to) = log.skip_at(at) {
+                cursor.seek(to);
                 continue;
             }
-            let mut pos = (offset - file.start()) as usize;
-            let bytes = file.slice(0, (limit - file.start()) as usize).unwrap_or_default();
-            while offset < limit && round.records < max_records {
-                let rest = bytes.get(pos..).unwrap_or_default();
-                match check_record(rest, CheckOptions::default()) {
-                    RecordCheck::Message(h) => {
-                        let size = h.total_size as u64;
-                        let record = rest.get(..size as usize).unwrap_or_default();
-                        let topic_bytes = h.topic(record);
-                        let props = StoreProps::of(h.properties(record));
-                        let code =
-                            tags_code_of(topic_bytes, props.tags, props.delay, h.store_timestamp, self.delay_levels);
-                        match code.ok() {
-                            None => round.issues.push(DispatchIssue {
-                                offset,
-                                reason: "DELAY of a SCHEDULE_TOPIC_XXXX record is not a number".into(),
-                                skipped: size,
-                            }),
-                            Some(code) => {
-                                let written = self.dispatch_record(&h, record, &props, code, &mut cache, &mut round)?;
-                                if let (true, Some(cq)) = (want_arrivals, written) {
-                                    let key = Arc::as_ptr(&cq) as usize;
-                                    let a = arrivals.entry(key).or_insert_with(|| Arrival {
-                                        topic: cq.topic().to_owned(),
-                                        queue_id: cq.queue_id(),
-                                        next_offset: 0,
-                                        tags_code: 0,
-                                        store_timestamp: 0,
-                                    });
-                                    a.next_offset = cq.max_offset() as i64;
-                                    a.tags_code = code;
-                                    a.store_timestamp = h.store_timestamp;
-                                }
-                                round.records += 1;
-                                round.last_store_timestamp = h.store_timestamp;
-                            }
-                        }
-                        offset += size;
-                        pos += size as usize;
-                    }
-                    RecordCheck::Blank { .. } => {
-                        offset = file.end();
-                        continue 'segments;
-                    }
-                    RecordCheck::Invalid { reason: Invalid::Truncated, .. } if limit < file.end() => {
-                        // The record is not fully written below `end` yet: wait for the next round.
-                        break 'segments;
-                    }
-                    RecordCheck::Invalid { reason, size: Some(size) } if size > 0 => {
-                        round.issues.push(DispatchIssue {
-                            offset,
-                            reason: format!("[BUG] {reason}; skipped by its TOTALSIZE"),
-                            skipped: size as u64,
-                        });
-                        offset += size as u64;
-                        pos += size as usize;
-                    }
-                    RecordCheck::Invalid { reason, .. } => {
-                        let skipped = file.end() - offset;
-                        if !(reason == Invalid::BadMagic(0) && rest.iter().all(|&b| b == 0)) {
-                            round.issues.push(DispatchIssue {
-                                offset,
-                                reason: format!("{reason}; the rest of the segment is skipped"),
-                                skipped,
-                            });
-                        }
-                        offset = file.end();
-                        continue 'segments;
-                    }
-                }
+            let seg_end = file.end().min(end);
+            let rest = file.slice((at - file.start()) as usize, (seg_end - at) as usize).unwrap_or_default();
+            if nonzero_extent(rest) == 0 {
+                cursor.seek(file.end());
+                continue;
             }
+            let next = find_valid_record(log.queue(), at + 1, seg_end, false).unwrap_or(file.end());
+            round.issues.push(DispatchIssue {
+                offset: at,
+                reason: if next < file.end() {
+                    format!("{reason}; skipped to the next valid record at {next}")
+                } else {
+                    format!("{reason}; no valid record follows in this segment, the rest of it is skipped")
+                },
+                skipped: next - at,
+            });
+            cursor.seek(next);
         }
+        let offset = cursor.offset();
         round.reput_offset = offset;
         round.arrivals = arrivals.into_values().collect();
         round.arrivals.sort_by(|a, b| (&a.topic, a.queue_id).cmp(&(&b.topic, b.queue_id)));

@@ -136,6 +136,10 @@ pub struct GetMessageResult {
     pub filter_message_count: u32,
     /// The reader is far behind (more than the hot share of memory): a replica could serve it.
     pub suggest_pulling_from_slave: bool,
+    /// Entries passed over because their record is damaged (its segment exists, but the bytes there are not
+    /// the record the entry names): (queue offset, commitlog offset, what is wrong). Each is also reported in
+    /// `dispatch_issues`. Reading went on with the next entry.
+    pub damaged: Vec<(i64, i64, String)>,
 }
 
 impl GetMessageResult {
@@ -150,6 +154,7 @@ impl GetMessageResult {
             buffer_total_size: 0,
             filter_message_count: 0,
             suggest_pulling_from_slave: false,
+            damaged: Vec::new(),
         }
     }
 }
@@ -303,18 +308,28 @@ impl MessageStore {
                     continue;
                 }
                 let record = if e.offset < commitlog_min || e.is_pre_blank() {
-                    None
+                    Err(None)
                 } else {
-                    // A record that is not there (or not what the entry says) is as good as removed.
-                    self.commitlog.read(e.offset as u64).ok().flatten().filter(|r| r.header.total_size == e.size)
+                    self.entry_record(e.offset, e.size)
                 };
-                let Some(record) = record else {
-                    if res.messages.is_empty() {
-                        res.status = S::MessageWasRemoving;
+                let record = match record {
+                    Ok(record) => record,
+                    Err(Some(reason)) => {
+                        // The segment is there but the record is not what the entry says: report it and go on
+                        // with the next entry, never past intact messages.
+                        self.report_damage(e.offset, format!("{topic}/{queue_id} entry {q}: {reason}"));
+                        res.damaged.push((q, e.offset, reason));
+                        continue;
                     }
-                    let seg = self.commitlog.file_size() as i64;
-                    next_phy_file_start = (e.offset.max(0) / seg + 1) * seg;
-                    continue;
+                    Err(None) => {
+                        // The segment is gone (retention): as RocketMQ, skip the rest of it.
+                        if res.messages.is_empty() {
+                            res.status = S::MessageWasRemoving;
+                        }
+                        let seg = self.commitlog.file_size() as i64;
+                        next_phy_file_start = (e.offset.max(0) / seg + 1) * seg;
+                        continue;
+                    }
                 };
                 if !subscription.matches_record(&record) {
                     if res.messages.is_empty() {
@@ -332,6 +347,26 @@ impl MessageStore {
         }
         res.suggest_pulling_from_slave = max_offset_py.saturating_sub(max_phy_pulling) as u64 > hot;
         Ok(res)
+    }
+}
+
+impl MessageStore {
+    /// The record a consume-queue entry names: `Err(None)` when its segment is gone, `Err(Some(why))` when the
+    /// segment is there but the bytes at the offset are not a record of that size.
+    fn entry_record(&self, offset: i64, size: i32) -> std::result::Result<Record, Option<String>> {
+        let at = u64::try_from(offset).map_err(|_| Some(format!("negative commitlog offset {offset}")))?;
+        if self.commitlog.queue().find(at).is_none() {
+            return Err(None);
+        }
+        match self.commitlog.read(at) {
+            Ok(Some(r)) if r.header.total_size == size => Ok(r),
+            Ok(Some(r)) => Err(Some(format!(
+                "the record at commitlog offset {at} is {} bytes, the entry says {size}",
+                r.header.total_size
+            ))),
+            Ok(None) => Err(Some(format!("no record at commitlog offset {at}"))),
+            Err(e) => Err(Some(e.to_string())),
+        }
     }
 }
 

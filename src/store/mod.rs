@@ -3,6 +3,7 @@
 
 pub mod dispatch;
 pub mod get;
+pub mod open;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -106,7 +107,7 @@ impl PutResult {
     }
 }
 
-type QueueTable = HashMap<String, HashMap<i32, i64>>;
+pub(crate) type QueueTable = HashMap<String, HashMap<i32, i64>>;
 
 /// An open store directory.
 #[derive(Debug)]
@@ -157,6 +158,14 @@ pub struct RecoveryReport {
     pub rebuilt_cq_entries: u64,
     /// Directories under `consumequeue/` that are not a topic / queue id and were left alone.
     pub skipped_dirs: Vec<PathBuf>,
+    /// Queues (`topic/queueId`) whose entries disagreed with the commitlog (a hole, or an entry that does not
+    /// point at its record) and were cut and rebuilt from the commitlog.
+    pub rebuilt_queues: Vec<String>,
+    /// Why each rebuilt queue was rebuilt, in the order of `rebuilt_queues`.
+    pub rebuilt_reasons: Vec<String>,
+    /// Where dispatch restarted because the previous run did not close cleanly: the start of the segment
+    /// holding the checkpoint's durable point (None after a clean close).
+    pub checkpoint_restart: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -184,101 +193,9 @@ enum State {
 }
 
 impl MessageStore {
-    /// Opens (creating if needed) the store at `root`: takes the lock, finds the end of the commitlog,
-    /// rebuilds the queue-offset table, and marks the store as running (abort file).
-    pub fn open(root: &Path, mut config: StoreConfig) -> Result<Self> {
-        config.validate()?;
-        config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
-        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-        let lock = LockFile::acquire(root)?;
-        let unclean_shutdown = AbortFile::exists(root);
-        let checkpoint = StoreCheckpoint::open(root)?;
-        let (commitlog, open_report) = CommitLog::open(&root.join("commitlog"), config.commit_log.clone())?;
-        let (queues, skipped_dirs) =
-            ConsumeQueueStore::load(&root.join("consumequeue"), config.consume_queue.mapped_file_size_consume_queue)?;
-        let index = if config.message_index_enable {
-            Some(IndexService::load(&root.join("index"), config.index)?)
-        } else {
-            None
-        };
-        let end = commitlog.max_offset();
-        // Consume queues: recover each, then drop entries beyond the end of the commitlog (spec §6.4, §10.6).
-        let mut cq_frontier: Option<i64> = None;
-        for cq in queues.all() {
-            cq.recover()?;
-            cq.truncate_dirty(end as i64)?;
-            let m = cq.max_physic_offset();
-            if m >= 0 {
-                cq_frontier = Some(cq_frontier.map_or(m, |f| f.max(m)));
-            }
-        }
-        // Dispatch restarts where both the queues and the index are complete. Re-dispatching a record that is
-        // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
-        let min = commitlog.min_offset();
-        let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
-        if let Some(index) = &index {
-            let indexed = match index.last_indexed_offset() {
-                None => min,
-                // After a clean close the last indexed record is complete; after a crash it may have only
-                // some of its keys, so it is dispatched again (the index skips the keys it already has).
-                Some(o) => {
-                    let o = (o.max(0) as u64).clamp(min, end);
-                    match commitlog.read(o) {
-                        Ok(Some(rec)) if !unclean_shutdown => o + rec.header.total_size as u64,
-                        _ => o,
-                    }
-                }
-            };
-            from = from.min(indexed);
-        }
-        let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
-        let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
-        let mut store = MessageStore {
-            root: root.to_owned(),
-            max_message_size: AtomicI32::new(config.commit_log.max_message_size),
-            config,
-            commitlog,
-            queue_table: Mutex::new(QueueTable::new()),
-            uniq,
-            open_report,
-            unclean_shutdown,
-            state: Mutex::new(State::Closed),
-            queues,
-            index,
-            delay_levels,
-            reput: Mutex::new(from),
-            reput_offset: AtomicU64::new(from),
-            dispatched: Condvar::new(),
-            dispatched_lock: Mutex::new(()),
-            new_data: Condvar::new(),
-            new_data_lock: Mutex::new(()),
-            wake_pending: std::sync::atomic::AtomicBool::new(false),
-            flushed_offset: AtomicU64::new(end),
-            checkpoint,
-            dispatched_timestamp: AtomicI64::new(0),
-            recovery: RecoveryReport { dispatched_from: from, skipped_dirs, ..RecoveryReport::default() },
-            issues: Mutex::new(IssueLog::default()),
-        };
-        // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
-        loop {
-            let round = store.dispatch(u64::MAX, false)?;
-            store.recovery.redispatched_records += round.records;
-            store.recovery.rebuilt_cq_entries += round.cq_entries;
-            if round.records == 0 && round.reput_offset >= end {
-                break;
-            }
-        }
-        let min = store.commitlog.min_offset() as i64;
-        let mut table = QueueTable::new();
-        for cq in store.queues.all() {
-            cq.correct_min_offset(min);
-            table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.max_offset() as i64);
-        }
-        *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
-        store.checkpoint_after_flush()?;
-        let abort = AbortFile::create(root)?;
-        *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
-        Ok(store)
+    /// Opens (creating if needed) the store at `root` with strict recovery (see [`open::OpenOptions`]).
+    pub fn open(root: &Path, config: StoreConfig) -> Result<Self> {
+        Self::open_with(root, config, &open::OpenOptions::default())
     }
 
     /// The store directory.
@@ -687,6 +604,20 @@ impl MessageStore {
     /// What opening did to the consume queues and index.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.recovery
+    }
+
+    /// Records damage met outside dispatch (a read of a consume-queue entry), once per commitlog offset among
+    /// the recent issues.
+    pub(crate) fn report_damage(&self, offset: i64, reason: String) {
+        let offset = offset.max(0) as u64;
+        let mut log = self.issues.lock().unwrap_or_else(|p| p.into_inner());
+        if log.recent.iter().any(|i| i.offset == offset && i.reason == reason) {
+            return;
+        }
+        log.total += 1;
+        log.recent.push(DispatchIssue { offset, reason, skipped: 0 });
+        let excess = log.recent.len().saturating_sub(ISSUES_KEPT);
+        log.recent.drain(..excess);
     }
 
     /// Dispatch problems met so far: the total count and the most recent ones.

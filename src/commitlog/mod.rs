@@ -1,18 +1,23 @@
 //! The commitlog: records appended to a queue of segments, the end-of-file blank and roll rule (spec §1.8),
-//! reads by physical offset, scans across segments, and finding the end of the data on open.
+//! reads by physical offset and scans across segments. `cursor` is the one walk over the records that
+//! recovery, scan, dispatch and `get_message` share; `recover` finds the end of the data on open.
+
+pub mod cursor;
+pub mod recover;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use crate::config::CommitLogConfig;
 use crate::error::{Error, Result};
 use crate::file_queue::FileQueue;
-use crate::message::decode::{check_record, property_crc_ok, CheckOptions, RecordCheck};
+use crate::message::decode::{check_record, CheckOptions, RecordCheck};
 use crate::message::encode::{finish_record, EncodedRecord};
-use crate::message::properties::{self, keys};
-use crate::message::{RecordHeader, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
+use crate::message::{RecordHeader, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH};
 use crate::mmap::MappedFile;
+use cursor::{Cursor, Step};
+pub use recover::{Damage, OpenReport, RecoverOptions, RecoveryMode};
 
 /// A record located in a mapped segment. Holding it keeps the segment mapped.
 #[derive(Debug, Clone)]
@@ -46,25 +51,6 @@ pub struct Appended {
     /// Start of everything this append wrote, including an end-of-file blank.
     pub dirty_from: u64,
 }
-
-/// What opening found at the end of the log.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OpenReport {
-    /// Global offset where appends continue.
-    pub end_offset: u64,
-    /// Offset from which records were validated.
-    pub validated_from: u64,
-    /// Non-zero bytes after the last valid record that were found to hold no record and were zeroed.
-    pub discarded_bytes: u64,
-    /// Segments after the one holding the end that held no record (a pre-allocated next file surviving a crash)
-    /// and were deleted, as RocketMQ's `truncateDirtyFiles` does.
-    pub removed_files: u64,
-    /// Why validation stopped before the end of the last segment, when it did not stop on zeros.
-    pub stop_reason: Option<String>,
-}
-
-/// Bytes checked after the end of the data to tell a clean end (zeros) from a torn or corrupt tail.
-const CLEAN_END_WINDOW: usize = 64 * 1024;
 
 /// How far ahead of the write position pages are faulted in by the warm-up thread.
 const WARM_AHEAD: u64 = 32 * 1024 * 1024;
@@ -129,16 +115,31 @@ pub struct CommitLog {
     writer: Mutex<u64>,
     /// Everything below this offset is fully written (readers' limit).
     max_offset: AtomicU64,
+    /// Damaged ranges `[start, end)` that a salvage open skipped; every walk jumps over them.
+    skips: RwLock<Vec<(u64, u64)>>,
 }
 
 impl CommitLog {
-    /// Opens the log in `dir`, validating records from the last segment that starts with one, and finds the end.
+    /// Opens the log in `dir` with the default recovery options (strict; a crash assumed possible).
     pub fn open(dir: &Path, cfg: CommitLogConfig) -> Result<(Self, OpenReport)> {
+        Self::open_with(dir, cfg, &RecoverOptions::default())
+    }
+
+    /// Opens the log in `dir`, validating records from the last segment that starts with one, and settles
+    /// the end as `recover` describes.
+    pub fn open_with(dir: &Path, cfg: CommitLogConfig, opts: &RecoverOptions) -> Result<(Self, OpenReport)> {
         let queue = Arc::new(FileQueue::load(dir, cfg.mapped_file_size_commit_log)?);
         let warmer = Arc::new(Warmer::default());
-        let mut log =
-            CommitLog { queue, warmer, warm_thread: None, cfg, writer: Mutex::new(0), max_offset: AtomicU64::new(0) };
-        let report = log.find_end()?;
+        let mut log = CommitLog {
+            queue,
+            warmer,
+            warm_thread: None,
+            cfg,
+            writer: Mutex::new(0),
+            max_offset: AtomicU64::new(0),
+            skips: RwLock::new(Vec::new()),
+        };
+        let report = log.recover(opts)?;
         *log.lock_writer() = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
         let (warmer, queue, from) = (log.warmer.clone(), log.queue.clone(), report.end_offset);
@@ -149,10 +150,6 @@ impl CommitLog {
 
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, u64> {
         self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn check_options(&self) -> CheckOptions {
-        CheckOptions { check_crc: self.cfg.check_crc_on_recover, force_prop_crc: self.cfg.force_verify_prop_crc }
     }
 
     /// The segment queue.
@@ -175,101 +172,23 @@ impl CommitLog {
         self.max_offset.load(Ordering::Acquire)
     }
 
-    fn find_end(&self) -> Result<OpenReport> {
-        let files = self.queue.files();
-        let Some(last) = files.last() else { return Ok(OpenReport::default()) };
-        let starts_with_record = |f: &MappedFile| {
-            let head = f.slice(0, f.size() as usize).unwrap_or_default();
-            matches!(check_record(head, CheckOptions::default()), RecordCheck::Message(h) if h.physical_offset == f.start() as i64)
-        };
-        let start = files.iter().rev().find(|f| starts_with_record(f)).unwrap_or(&files[0]).start();
-        let mut report = OpenReport { validated_from: start, ..OpenReport::default() };
-        let mut offset = start;
-        let opts = self.check_options();
-        loop {
-            let Some(file) = self.queue.find(offset) else { break };
-            let pos = (offset - file.start()) as usize;
-            let rest = file.slice(pos, (file.end() - offset) as usize).unwrap_or_default();
-            if rest.len() < END_FILE_MIN_BLANK_LENGTH {
-                offset = file.end();
-                continue;
-            }
-            match check_record(rest, opts) {
-                RecordCheck::Message(h) if h.physical_offset == offset as i64 => offset += h.total_size as u64,
-                RecordCheck::Blank { size } if size as usize == rest.len() => offset = file.end(),
-                RecordCheck::Message(h) => {
-                    report.stop_reason = Some(format!("record at {offset} claims offset {}", h.physical_offset));
-                    break;
-                }
-                RecordCheck::Blank { size } => {
-                    report.stop_reason = Some(format!("blank at {offset} claims {size} bytes, {} remain", rest.len()));
-                    break;
-                }
-                RecordCheck::Invalid { reason, .. } => {
-                    report.stop_reason = Some(reason.to_string());
-                    break;
-                }
-            }
-        }
-        report.end_offset = offset;
-        if offset < last.end() {
-            self.settle_tail(offset, &mut report)?;
-        }
-        Ok(report)
+    pub(crate) fn check_options(&self) -> CheckOptions {
+        CheckOptions { check_crc: self.cfg.check_crc_on_recover, force_prop_crc: self.cfg.force_verify_prop_crc }
     }
 
-    /// After the last valid record: zeros mean a clean end. Otherwise the bytes after it are searched for any
-    /// valid record; if one exists the log is corrupt in the middle and opening fails rather than dropping it;
-    /// if none exists the torn bytes are zeroed so they can never be mistaken for data later.
-    fn settle_tail(&self, end: u64, report: &mut OpenReport) -> Result<()> {
-        let files = self.queue.files();
-        let Some(file) = self.queue.find(end) else { return Ok(()) };
-        let pos = (end - file.start()) as usize;
-        let tail = file.slice(pos, (file.end() - end) as usize).unwrap_or_default();
-        let is_last = files.last().is_some_and(|l| Arc::ptr_eq(l, &file));
-        let window = tail.get(..CLEAN_END_WINDOW.min(tail.len())).unwrap_or_default();
-        if is_last && window.iter().all(|&b| b == 0) {
-            report.stop_reason = None;
-            return Ok(());
-        }
-        // Evidence of data is a record that is whole and has its body CRC, whatever the verification mode: under
-        // `force_verify_prop_crc` every record written without the `__CRC32#` entry fails validation, and
-        // treating those as torn would zero intact data.
-        let opts = CheckOptions { check_crc: true, force_prop_crc: false };
-        for f in files.iter().filter(|f| f.end() > end) {
-            // From `pos` itself: a record there that is whole with a good body CRC (it failed only the
-            // configured check) is data, not a torn write.
-            let from = if Arc::ptr_eq(f, &file) { pos } else { 0 };
-            let bytes = f.slice(0, f.size() as usize).unwrap_or_default();
-            if let Some(found) = find_valid_record(bytes, from, f.start(), opts, self.cfg.enabled_append_prop_crc) {
-                return Err(Error::Corruption {
-                    path: file.path().to_owned(),
-                    offset: end as i64,
-                    reason: format!(
-                        "{}; yet a valid record follows at offset {found}. The store is not opened, so nothing \
-                         is dropped: copy the directory aside and inspect it before repairing",
-                        report.stop_reason.as_deref().unwrap_or("invalid record")
-                    ),
-                });
-            }
-        }
-        // No record follows: the bytes are a torn write. Zero them within this file.
-        let dirty_end = tail.iter().rposition(|&b| b != 0).map(|i| i + 1).unwrap_or(0);
-        if dirty_end > 0 {
-            let zeros = vec![0u8; 1 << 16];
-            let mut at = 0;
-            while at < dirty_end {
-                let n = (dirty_end - at).min(zeros.len());
-                file.write(pos + at, &zeros[..n]);
-                at += n;
-            }
-            file.flush_range(pos, dirty_end)?;
-            report.discarded_bytes = dirty_end as u64;
-        }
-        // Later segments hold no record (checked above): RocketMQ's recovery destroys every file starting after
-        // the end, such as the all-zero next file its allocator pre-creates, so the directories stay alike.
-        report.removed_files = self.queue.remove_after(end) as u64;
-        Ok(())
+    /// Records a damaged range that walks skip (salvage).
+    fn add_skip(&self, from: u64, to: u64) {
+        self.skips.write().unwrap_or_else(|p| p.into_inner()).push((from, to));
+    }
+
+    /// Where a walk that met invalid bytes at `offset` goes on, if a salvage open skipped a range there.
+    pub fn skip_at(&self, offset: u64) -> Option<u64> {
+        self.skips.read().unwrap_or_else(|p| p.into_inner()).iter().find(|(a, _)| *a == offset).map(|&(_, b)| b)
+    }
+
+    /// A cursor over the published data from `offset` (no byte at or beyond `limit` is read).
+    pub fn cursor(&self, offset: u64, limit: u64) -> Cursor<'_> {
+        Cursor::new(&self.queue, offset, limit.min(self.max_offset()), CheckOptions::default())
     }
 
     /// Appends the encoded records in `buf` (laid out back to back as `records` describe) as one unit: they
@@ -303,7 +222,7 @@ impl CommitLog {
                 let mut blank = [0u8; END_FILE_MIN_BLANK_LENGTH];
                 blank[..4].copy_from_slice(&(remaining as i32).to_be_bytes());
                 blank[4..].copy_from_slice(&BLANK_MAGIC.to_be_bytes());
-                file.write(pos, &blank);
+                file.write_commit_word(pos, blank);
             }
             *wrote = file.end();
             self.max_offset.store(*wrote, Ordering::Release);
@@ -318,7 +237,14 @@ impl CommitLog {
                 finish_record(bytes, rec, queue_offset(i), phys as i64, store_timestamp);
             }
         }
-        if !file.write(pos, buf) {
+        // The commit protocol (`recover`'s crash model): every byte but the first record's first 8, then those
+        // 8 with one store. A kill before that store leaves an append that recovery can tell is unfinished.
+        let (word, rest) = buf.split_at(END_FILE_MIN_BLANK_LENGTH.min(buf.len()));
+        let word = <[u8; END_FILE_MIN_BLANK_LENGTH]>::try_from(word).ok();
+        if word.is_none()
+            || !file.write(pos + END_FILE_MIN_BLANK_LENGTH, rest)
+            || !file.write_commit_word(pos, word.unwrap_or_default())
+        {
             return Err(Error::Corruption {
                 path: file.path().to_owned(),
                 offset: first_offset as i64,
@@ -393,41 +319,25 @@ impl CommitLog {
         }
     }
 
-    /// The first record at or after `offset` in scan order (stepping over blanks into the next segment),
-    /// with the offset after it. `offset` must be a record boundary, a blank, or a segment start.
-    pub fn next_record(&self, mut offset: u64) -> Result<Option<(Record, u64)>> {
+    /// The first record at or after `offset` in scan order (stepping over blanks into the next segment, and
+    /// over ranges a salvage open skipped), with the offset after it. `offset` must be a record boundary, a
+    /// blank, or a segment start. Bytes that are not a record raise `Error::Corruption` naming file and offset.
+    pub fn next_record(&self, offset: u64) -> Result<Option<(Record, u64)>> {
+        let mut cursor = self.cursor(offset.max(self.queue.min_offset()), u64::MAX);
         loop {
-            let max = self.max_offset();
-            if offset >= max {
-                return Ok(None);
-            }
-            offset = offset.max(self.queue.min_offset());
-            let Some(file) = self.queue.find(offset) else { return Ok(None) };
-            if file.end() - offset < END_FILE_MIN_BLANK_LENGTH as u64 {
-                offset = file.end();
-                continue;
-            }
-            let pos = (offset - file.start()) as usize;
-            let bytes = file.slice(pos, (file.end().min(max) - offset) as usize).unwrap_or_default();
-            match check_record(bytes, CheckOptions::default()) {
-                RecordCheck::Message(header) if header.physical_offset == offset as i64 => {
-                    let next = offset + header.total_size as u64;
-                    return Ok(Some((Record { file, pos, header }, next)));
-                }
-                RecordCheck::Blank { .. } => offset = file.end(),
-                RecordCheck::Message(h) => {
-                    return Err(Error::Corruption {
-                        path: file.path().to_owned(),
-                        offset: offset as i64,
-                        reason: format!("record claims offset {}", h.physical_offset),
-                    })
-                }
-                RecordCheck::Invalid { reason, .. } => {
-                    return Err(Error::Corruption {
-                        path: file.path().to_owned(),
-                        offset: offset as i64,
-                        reason: reason.to_string(),
-                    })
+            let at = cursor.offset();
+            let (file, reason) = match cursor.next() {
+                None | Some(Step::Missing { .. }) => return Ok(None),
+                Some(Step::Record(r)) => return Ok(Some((r, cursor.offset()))),
+                Some(Step::Blank { .. }) => continue,
+                Some(Step::Partial { file, .. }) => (file, "record is truncated".to_owned()),
+                Some(Step::Zero { file, .. }) => (file, "bad magic code 0x00000000".to_owned()),
+                Some(Step::Invalid { file, reason, .. }) => (file, reason),
+            };
+            match self.skip_at(at) {
+                Some(to) => cursor.seek(to),
+                None => {
+                    return Err(Error::Corruption { path: file.path().to_owned(), offset: at as i64, reason });
                 }
             }
         }
@@ -442,30 +352,6 @@ impl Drop for CommitLog {
             let _ = t.join();
         }
     }
-}
-
-/// Searches `bytes` (a whole segment starting at global `base`) from `from` for a position holding a record
-/// that validates completely and names its own offset: body CRC, and the `__CRC32#` property when it has one
-/// (or always, when `require_prop_crc`: this store writes the property on every record).
-fn find_valid_record(bytes: &[u8], from: usize, base: u64, opts: CheckOptions, require_prop_crc: bool) -> Option<u64> {
-    let magics = [MAGIC_V1.to_be_bytes(), MAGIC_V2.to_be_bytes()];
-    let mut q = from;
-    while q + 8 <= bytes.len() {
-        let word = bytes.get(q + 4..q + 8)?;
-        if magics.iter().any(|m| m == word) {
-            if let RecordCheck::Message(h) = check_record(bytes.get(q..)?, opts) {
-                let record = bytes.get(q..q + h.total_size as usize)?;
-                let has_prop_crc = properties::get_raw(h.properties(record), keys::CRC32).is_some();
-                if h.physical_offset == (base + q as u64) as i64
-                    && (!(has_prop_crc || require_prop_crc) || property_crc_ok(record, &h))
-                {
-                    return Some(base + q as u64);
-                }
-            }
-        }
-        q += 1;
-    }
-    None
 }
 
 /// Milliseconds since the Unix epoch.

@@ -1,0 +1,202 @@
+//! THE walk over the commitlog: what the bytes at a position are, and how to move on from there. Recovery,
+//! scan, dispatch and `get_message` all read the log through these rules, so they agree on every byte.
+//!
+//! | step      | bytes at the position                                   | the cursor moves            |
+//! |-----------|---------------------------------------------------------|-----------------------------|
+//! | `Record`  | a valid record whose stored PHYSICALOFFSET is this one  | past the record             |
+//! | `Blank`   | the end-of-file blank, TOTALSIZE = the rest of the file | to the next segment's start |
+//! | `Zero`    | 8 zero bytes: nothing was committed here                | not (the caller decides)    |
+//! | `Partial` | a record that runs past the readable limit              | not (wait for the writer)   |
+//! | `Invalid` | anything else                                           | not (the caller decides)    |
+//!
+//! A position closer than 8 bytes to its segment's end holds nothing (RocketMQ rolls there), and the cursor
+//! steps to the next segment silently.
+
+use std::sync::Arc;
+
+use crate::file_queue::FileQueue;
+use crate::message::decode::{check_record, property_crc_ok, CheckOptions, Invalid, RecordCheck};
+use crate::message::properties::{self, keys};
+use crate::message::{END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
+use crate::mmap::MappedFile;
+
+use super::Record;
+
+/// What the cursor found at its position.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A valid record.
+    Record(Record),
+    /// The end-of-file blank at `offset`.
+    Blank { offset: u64 },
+    /// The record header at `offset` is all zeros: the end of the data, or an append whose commit word was
+    /// never written.
+    Zero { offset: u64, file: Arc<MappedFile> },
+    /// A record whose claimed size runs past the cursor's limit (still being written, or torn).
+    Partial { offset: u64, file: Arc<MappedFile> },
+    /// Bytes that are not a record. `size` is TOTALSIZE when the record's fields agree on it.
+    Invalid { offset: u64, file: Arc<MappedFile>, reason: String, size: Option<i32> },
+    /// The segment holding `offset` does not exist.
+    Missing { offset: u64 },
+}
+
+/// A position in the commitlog and the limit it may read up to.
+#[derive(Debug)]
+pub struct Cursor<'a> {
+    queue: &'a FileQueue,
+    offset: u64,
+    limit: u64,
+    opts: CheckOptions,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at `offset` that reads no byte at or beyond `limit`, checking records with `opts`.
+    pub fn new(queue: &'a FileQueue, offset: u64, limit: u64, opts: CheckOptions) -> Self {
+        Cursor { queue, offset, limit, opts }
+    }
+
+    /// The current position.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Moves to `offset` (a record start, a blank or a segment start).
+    pub fn seek(&mut self, offset: u64) {
+        self.offset = offset;
+    }
+
+    /// The step at the current position; `None` at the limit. `Record` and `Blank` move the cursor on.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<Step> {
+        loop {
+            if self.offset >= self.limit {
+                return None;
+            }
+            let offset = self.offset;
+            let Some(file) = self.queue.find(offset) else { return Some(Step::Missing { offset }) };
+            if file.end() - offset < END_FILE_MIN_BLANK_LENGTH as u64 {
+                self.offset = file.end();
+                continue;
+            }
+            let step = at(&file, offset, self.limit, self.opts);
+            match &step {
+                Step::Record(r) => self.offset = offset + r.header.total_size as u64,
+                Step::Blank { .. } => self.offset = file.end(),
+                _ => {}
+            }
+            return Some(step);
+        }
+    }
+
+    /// The first position at or after `from` (up to the limit) holding a record that validates completely
+    /// (body CRC, the `__CRC32#` property when present) and names its own offset: where a reader may go on
+    /// after damaged bytes.
+    pub fn resync(&self, from: u64) -> Option<u64> {
+        find_valid_record(self.queue, from, self.limit, false)
+    }
+}
+
+/// What the bytes at `offset` of `file` are, reading no further than `limit`.
+pub fn at(file: &Arc<MappedFile>, offset: u64, limit: u64, opts: CheckOptions) -> Step {
+    let pos = (offset - file.start()) as usize;
+    let to_file_end = (file.end() - offset) as usize;
+    let avail = (file.end().min(limit).max(offset) - offset) as usize;
+    let bytes = file.slice(pos, avail).unwrap_or_default();
+    let head_zero = file.slice(pos, END_FILE_MIN_BLANK_LENGTH).is_some_and(|h| h.iter().all(|&b| b == 0));
+    if head_zero && avail >= END_FILE_MIN_BLANK_LENGTH {
+        return Step::Zero { offset, file: file.clone() };
+    }
+    match check_record(bytes, opts) {
+        RecordCheck::Message(header) if header.physical_offset == offset as i64 => {
+            Step::Record(Record { file: file.clone(), pos, header })
+        }
+        RecordCheck::Message(h) => Step::Invalid {
+            offset,
+            file: file.clone(),
+            reason: format!("the record here claims offset {}", h.physical_offset),
+            size: Some(h.total_size),
+        },
+        RecordCheck::Blank { size } if usize::try_from(size).ok() == Some(to_file_end) => Step::Blank { offset },
+        RecordCheck::Blank { size } => Step::Invalid {
+            offset,
+            file: file.clone(),
+            reason: format!("an end-of-file blank claims {size} bytes where {to_file_end} remain"),
+            size: None,
+        },
+        RecordCheck::Invalid { reason: Invalid::Truncated, .. } if avail < to_file_end => {
+            Step::Partial { offset, file: file.clone() }
+        }
+        RecordCheck::Invalid { reason, size } => {
+            Step::Invalid { offset, file: file.clone(), reason: reason.to_string(), size }
+        }
+    }
+}
+
+/// Searches from `from` up to `limit`, across segments, for a position holding a record that validates
+/// completely and names its own offset: body CRC, and the `__CRC32#` property when it has one (always when
+/// `require_prop_crc`).
+pub fn find_valid_record(queue: &FileQueue, from: u64, limit: u64, require_prop_crc: bool) -> Option<u64> {
+    let opts = CheckOptions { check_crc: true, force_prop_crc: false };
+    let magics = [MAGIC_V1.to_be_bytes(), MAGIC_V2.to_be_bytes()];
+    let mut at_offset = from;
+    while at_offset < limit {
+        let file = queue.find(at_offset).or_else(|| queue.files().into_iter().find(|f| f.start() > at_offset))?;
+        let base = file.start();
+        let start = at_offset.max(base);
+        let end = file.end().min(limit);
+        let bytes = file.slice(0, (end - base) as usize).unwrap_or_default();
+        let mut q = (start - base) as usize;
+        while q + 8 <= bytes.len() {
+            // Candidates are found by their magic code at q + 4.
+            match memchr_magic(bytes, q + 4, &magics) {
+                None => break,
+                Some(m) => q = m - 4,
+            }
+            if let Some(rest) = bytes.get(q..) {
+                if let RecordCheck::Message(h) = check_record(rest, opts) {
+                    let record = rest.get(..h.total_size as usize).unwrap_or_default();
+                    let has_prop_crc = properties::get_raw(h.properties(record), keys::CRC32).is_some();
+                    if h.physical_offset == (base + q as u64) as i64
+                        && (!(has_prop_crc || require_prop_crc) || property_crc_ok(record, &h))
+                    {
+                        return Some(base + q as u64);
+                    }
+                }
+            }
+            q += 1;
+        }
+        at_offset = file.end();
+    }
+    None
+}
+
+/// The first position `p >= from` (p ≥ 4) where `bytes[p..p + 4]` is one of `magics`.
+fn memchr_magic(bytes: &[u8], from: usize, magics: &[[u8; 4]; 2]) -> Option<usize> {
+    let mut p = from;
+    // Both magic codes start with 0xDA: look for that byte first.
+    while p + 4 <= bytes.len() {
+        let rel = bytes.get(p..)?.iter().position(|&b| b == 0xDA)?;
+        p += rel;
+        let word = bytes.get(p..p + 4)?;
+        if magics.iter().any(|m| m == word) {
+            return Some(p);
+        }
+        p += 1;
+    }
+    None
+}
+
+/// Offset one past the last non-zero byte of `bytes`, or 0 when all are zero. Scans from the end in blocks
+/// (the OR-fold vectorises), so a mostly-zero segment tail costs little more than reading it.
+pub fn nonzero_extent(bytes: &[u8]) -> usize {
+    let mut end = bytes.len();
+    while end > 0 {
+        let start = end.saturating_sub(4096);
+        let block = bytes.get(start..end).unwrap_or_default();
+        if block.iter().fold(0u8, |a, &b| a | b) != 0 {
+            return start + block.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        }
+        end = start;
+    }
+    0
+}

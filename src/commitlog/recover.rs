@@ -1,0 +1,359 @@
+//! Finding the end of the commitlog on open: the crash model, and what each recovery mode does.
+//!
+//! **What a killed process leaves.** An append copies its bytes into the mapping in two steps: first
+//! everything except the first 8 bytes of its first record (in any byte order: `memcpy` may write the middle of
+//! a large copy before its head), then those 8 bytes (TOTALSIZE and MAGIC) with one store, the append's
+//! *commit word* ([`MappedFile::write_commit_word`](crate::mmap::MappedFile::write_commit_word)). A roll first
+//! writes the end-of-file blank of the full segment, also with one store, then appends into the next segment.
+//! A put is acknowledged only after its commit word is written, and the next append starts only after that.
+//! So a process killed at any instant leaves the log's valid records, then at most one unfinished append:
+//! zeros where its commit word belongs, and any subset of its other bytes (in the same segment, or at the
+//! start of the next one after a roll). Nothing after it.
+//!
+//! **What opening does.** It walks the records from the recovery start ([`Cursor`]) to the first position
+//! `P` that is not a valid record or blank, and classifies what lies from `P` on:
+//! - *clean*: only zeros. The end of the data is `P`.
+//! - *torn*: the previous run did not close (the abort file was there), no consume-queue or index entry
+//!   points at or beyond `P` (so nothing there was ever dispatched, which only happens to committed records),
+//!   and every valid record found after `P` fits the unfinished-append shape: one contiguous chain of records
+//!   of one topic, queue and store timestamp with consecutive queue offsets, in `P`'s segment or at the start
+//!   of the next one, and nothing else non-zero anywhere after. The remains are zeroed, later segments
+//!   removed, and `OpenReport::torn_bytes` says how much was discarded.
+//! - *damaged*: anything else, i.e. bytes that a kill cannot leave. With [`RecoveryMode::Strict`] (the
+//!   default) opening fails with `Error::Corruption` naming file and offset and changes nothing; with
+//!   `Truncate` the log is cut at `P` as RocketMQ's recovery cuts it and the records dropped are counted;
+//!   with `Salvage` only the damaged bytes are skipped (up to the next record that validates completely and
+//!   names its own offset) and every valid record after them is kept. Each cut or skip is reported in
+//!   `OpenReport::damage`.
+//!
+//! The one case the bytes cannot decide: damage that destroys exactly the commit word of the last append of a
+//! crashed run, before anything dispatched it, looks like that append never committed; it is reported as a
+//! torn write.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::message::decode::CheckOptions;
+use crate::message::RecordHeader;
+use crate::mmap::MappedFile;
+
+use super::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
+use super::CommitLog;
+
+/// What opening does with damage inside the data (bytes a killed process cannot leave).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Refuse to open, naming file and offset; nothing is changed.
+    #[default]
+    Strict,
+    /// Cut the log at the first damaged record, as RocketMQ's recovery does, and report what was cut.
+    Truncate,
+    /// Skip only the damaged bytes and keep every valid record after them.
+    Salvage,
+}
+
+impl RecoveryMode {
+    /// The mode's name: `strict`, `truncate` or `salvage`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryMode::Strict => "strict",
+            RecoveryMode::Truncate => "truncate",
+            RecoveryMode::Salvage => "salvage",
+        }
+    }
+
+    /// Parses a mode's name.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "strict" => Ok(RecoveryMode::Strict),
+            "truncate" => Ok(RecoveryMode::Truncate),
+            "salvage" => Ok(RecoveryMode::Salvage),
+            other => Err(Error::InvalidConfig(format!(
+                "recovery must be \"strict\", \"truncate\" or \"salvage\", not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// What opening knows besides the commitlog's bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoverOptions {
+    pub mode: RecoveryMode,
+    /// The previous run did not close cleanly (the abort file exists), so a torn append is possible.
+    pub unclean: bool,
+    /// The end of the highest record that a consume queue or the index refers to (0: none). Such records
+    /// were dispatched, hence committed: damage before this point cannot be a torn write.
+    pub dispatched_end: u64,
+}
+
+impl Default for RecoverOptions {
+    /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell).
+    fn default() -> Self {
+        RecoverOptions { mode: RecoveryMode::Strict, unclean: true, dispatched_end: 0 }
+    }
+}
+
+/// Damaged bytes that opening cut (truncate) or skipped (salvage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    pub path: PathBuf,
+    /// Global offset of the first damaged byte.
+    pub offset: u64,
+    /// How many bytes were cut or skipped.
+    pub bytes: u64,
+    pub reason: String,
+    /// Valid records that were in the cut bytes (truncate), 0 for a skip.
+    pub dropped_records: u64,
+}
+
+/// What opening found at the end of the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Global offset where appends continue.
+    pub end_offset: u64,
+    /// Offset from which records were validated.
+    pub validated_from: u64,
+    /// Non-zero bytes after the end that were zeroed (a torn write, or what truncate cut in the last segment).
+    pub discarded_bytes: u64,
+    /// Bytes of an unfinished (unacknowledged) append that were discarded.
+    pub torn_bytes: u64,
+    /// Segments after the one holding the end that were deleted (a pre-allocated next file surviving a crash,
+    /// the rest of a torn append, or what truncate cut).
+    pub removed_files: u64,
+    /// Why validation stopped before the end of the last segment, when it did not stop on zeros.
+    pub stop_reason: Option<String>,
+    /// Damage cut or skipped (only with `Truncate` or `Salvage`).
+    pub damage: Vec<Damage>,
+    /// The mode opening ran with.
+    pub mode: RecoveryMode,
+}
+
+/// What lies from the first invalid position on.
+enum Tail {
+    Clean,
+    Torn,
+    Damaged { following: Vec<(u64, u64)> },
+}
+
+impl CommitLog {
+    /// Walks the log from the recovery start and settles its end (module docs).
+    pub(super) fn recover(&self, opts: &RecoverOptions) -> Result<OpenReport> {
+        let files = self.queue.files();
+        let mut report = OpenReport { mode: opts.mode, ..OpenReport::default() };
+        let Some(last) = files.last() else { return Ok(report) };
+        let start = files
+            .iter()
+            .rev()
+            .find(|f| self.starts_with_record(f))
+            .map_or_else(|| files.first().map_or(0, |f| f.start()), |f| f.start());
+        report.validated_from = start;
+        let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
+        let end = loop {
+            let (p, file, reason) = match cursor.next() {
+                None => break cursor.offset().min(last.end()),
+                Some(Step::Record(_) | Step::Blank { .. }) => continue,
+                Some(Step::Missing { offset }) => break offset,
+                Some(Step::Zero { offset, file }) => (offset, file, "nothing was written here".to_owned()),
+                Some(Step::Partial { offset, file }) => (offset, file, "record is truncated".to_owned()),
+                Some(Step::Invalid { offset, file, reason, .. }) => (offset, file, reason),
+            };
+            match self.classify(p, &file, opts) {
+                Tail::Clean => break p,
+                Tail::Torn => {
+                    report.stop_reason = Some(reason);
+                    report.torn_bytes = self.cut(p, &file, &mut report)?;
+                    break p;
+                }
+                Tail::Damaged { following } => match opts.mode {
+                    RecoveryMode::Strict => {
+                        return Err(Error::Corruption {
+                            path: file.path().to_owned(),
+                            offset: p as i64,
+                            reason: strict_message(&reason, &following),
+                        })
+                    }
+                    RecoveryMode::Truncate => {
+                        report.stop_reason = Some(reason.clone());
+                        let bytes = self.last_nonzero_end(p).saturating_sub(p);
+                        self.cut(p, &file, &mut report)?;
+                        report.damage.push(Damage {
+                            path: file.path().to_owned(),
+                            offset: p,
+                            bytes,
+                            reason,
+                            dropped_records: following.len() as u64,
+                        });
+                        break p;
+                    }
+                    RecoveryMode::Salvage => match following.first() {
+                        Some(&(q, _)) => {
+                            report.damage.push(Damage {
+                                path: file.path().to_owned(),
+                                offset: p,
+                                bytes: q - p,
+                                reason,
+                                dropped_records: 0,
+                            });
+                            self.add_skip(p, q);
+                            cursor.seek(q);
+                        }
+                        None => {
+                            report.stop_reason = Some(reason.clone());
+                            let bytes = self.last_nonzero_end(p).saturating_sub(p);
+                            self.cut(p, &file, &mut report)?;
+                            report.damage.push(Damage {
+                                path: file.path().to_owned(),
+                                offset: p,
+                                bytes,
+                                reason,
+                                dropped_records: 0,
+                            });
+                            break p;
+                        }
+                    },
+                },
+            }
+        };
+        report.end_offset = end;
+        if report.damage.is_empty() && report.torn_bytes == 0 {
+            // A clean end: segments after it hold nothing (RocketMQ pre-allocates the next one, and its
+            // recovery destroys every file starting after the end; so does rmq).
+            report.removed_files += self.queue.remove_after(end) as u64;
+        }
+        Ok(report)
+    }
+
+    fn starts_with_record(&self, f: &Arc<MappedFile>) -> bool {
+        matches!(super::cursor::at(f, f.start(), f.end(), CheckOptions::default()), Step::Record(_))
+    }
+
+    /// Classifies the bytes from `p` (the first position that is neither a record nor a blank) to the end of
+    /// the last segment.
+    fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions) -> Tail {
+        let files = self.queue.files();
+        let nonzero_after = self.last_nonzero_end(p) > p;
+        if !nonzero_after {
+            return Tail::Clean;
+        }
+        let following = self.valid_records_after(p);
+        if !opts.unclean || opts.dispatched_end > p {
+            return Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() };
+        }
+        // Where an unfinished append may lie: in `p`'s segment from `p`, or (after a roll) at the start of the
+        // next segment, with at most the torn blank left in `p`'s segment.
+        let next = files.iter().find(|f| f.start() == file.end()).cloned();
+        let in_next = |o: u64| next.as_ref().is_some_and(|n| o >= n.start() && o < n.end());
+        let in_file = |o: u64| o > p && o < file.end();
+        let here_extent = {
+            let pos = (p - file.start()) as usize;
+            let rest = file.slice(pos, (file.end() - p) as usize).unwrap_or_default();
+            nonzero_extent(rest) as u64
+        };
+        let beyond_next = files
+            .iter()
+            .filter(|f| f.start() > file.end())
+            .any(|f| nonzero_extent(f.slice(0, f.size() as usize).unwrap_or_default()) > 0);
+        let shape_ok = {
+            let mut ok = !beyond_next;
+            let mut prev: Option<(u64, &RecordHeader)> = None;
+            for (o, h) in &following {
+                ok &= in_file(*o) || (in_next(*o) && here_extent <= 8);
+                if let Some((po, ph)) = prev {
+                    ok &= *o == po + ph.total_size as u64
+                        && h.queue_id == ph.queue_id
+                        && h.store_timestamp == ph.store_timestamp
+                        && h.topic == ph.topic
+                        && (h.queue_offset == ph.queue_offset + 1 || (h.queue_offset == 0 && ph.queue_offset == 0));
+                }
+                prev = Some((*o, h));
+            }
+            ok && self.same_topics(&following)
+        };
+        if shape_ok {
+            Tail::Torn
+        } else {
+            Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() }
+        }
+    }
+
+    /// Whether the chain's records all carry the same topic bytes (ranges alone do not tell).
+    fn same_topics(&self, records: &[(u64, RecordHeader)]) -> bool {
+        let topic_of = |(o, h): &(u64, RecordHeader)| -> Option<Vec<u8>> {
+            let f = self.queue.find(*o)?;
+            let rec = f.slice((*o - f.start()) as usize, h.total_size as usize)?;
+            Some(h.topic(rec).to_vec())
+        };
+        let mut topics = records.iter().map(topic_of);
+        match topics.next() {
+            None => true,
+            Some(first) => topics.all(|t| t == first),
+        }
+    }
+
+    /// Every position after `p` (to the end of the last segment) holding a record that validates completely
+    /// and names its own offset, in order, with its header.
+    fn valid_records_after(&self, p: u64) -> Vec<(u64, RecordHeader)> {
+        let Some(last) = self.queue.last() else { return Vec::new() };
+        let opts = CheckOptions { check_crc: true, force_prop_crc: false };
+        let mut out = Vec::new();
+        let mut from = p + 1;
+        while let Some(q) = find_valid_record(&self.queue, from, last.end(), self.cfg.enabled_append_prop_crc) {
+            let Some(file) = self.queue.find(q) else { break };
+            let Step::Record(r) = super::cursor::at(&file, q, file.end(), opts) else { break };
+            from = q + r.header.total_size as u64;
+            out.push((q, r.header));
+        }
+        out
+    }
+
+    /// One past the last non-zero byte at or after `p`, over every segment (`p` when all are zero).
+    fn last_nonzero_end(&self, p: u64) -> u64 {
+        let mut end = p;
+        for f in self.queue.files().iter().filter(|f| f.end() > p) {
+            let from = p.max(f.start());
+            let bytes = f.slice((from - f.start()) as usize, (f.end() - from) as usize).unwrap_or_default();
+            let n = nonzero_extent(bytes) as u64;
+            if n > 0 {
+                end = from + n;
+            }
+        }
+        end
+    }
+
+    /// Zeroes everything from `p` to the end of its segment and removes every later segment. Returns the
+    /// non-zero bytes discarded.
+    fn cut(&self, p: u64, file: &Arc<MappedFile>, report: &mut OpenReport) -> Result<u64> {
+        let discarded = self.last_nonzero_end(p).saturating_sub(p);
+        let pos = (p - file.start()) as usize;
+        let rest = file.slice(pos, (file.end() - p) as usize).unwrap_or_default();
+        let dirty = nonzero_extent(rest);
+        if dirty > 0 {
+            let zeros = vec![0u8; 1 << 16];
+            let mut at = 0;
+            while at < dirty {
+                let n = (dirty - at).min(zeros.len());
+                file.write(pos + at, zeros.get(..n).unwrap_or_default());
+                at += n;
+            }
+            file.flush_range(pos, dirty)?;
+            report.discarded_bytes += dirty as u64;
+        }
+        report.removed_files += self.queue.remove_after(p) as u64;
+        Ok(discarded)
+    }
+}
+
+fn strict_message(reason: &str, following: &[(u64, u64)]) -> String {
+    let what = match (following.first(), following.last()) {
+        (Some(&(first, _)), Some(&(last, size))) => {
+            format!("; {} valid record(s) follow, from offset {first} to {}", following.len(), last + size)
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{reason}{what}. These bytes cannot be left by a killed process, so the store was not opened and nothing \
+         was changed. Open with recovery=\"truncate\" to cut the log here as RocketMQ does (dropping what \
+         follows), or recovery=\"salvage\" to skip only the damaged bytes and keep every valid record after them"
+    )
+}

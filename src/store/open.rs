@@ -1,0 +1,241 @@
+//! Opening a store: the lock, recovery of the commitlog (`commitlog::recover`), and the check of the derived
+//! files against it.
+//!
+//! Order matters. The consume queues and the index are loaded first, because what they point at is evidence:
+//! a record that was dispatched was committed, so damage before it cannot be a torn write. Then the commitlog
+//! settles its end. Then each consume queue is checked against the commitlog: a hole (entries lost out of
+//! order, as a power loss loses pages) or a tail entry that does not point at a record of its topic and queue
+//! with its queue offset, size and tagsCode cuts the queue at the first bad entry, and the queue is rebuilt
+//! from the commitlog. Entries are checked from the newest back to the checkpoint's durable point
+//! (`logicsMsgTimestamp`), and at least the newest one. After a crash, dispatch restarts no later than the
+//! segment holding the checkpoint's durable point, as RocketMQ's abnormal recovery does, so pages of derived
+//! files lost by a power loss are written again. Queue offsets are then taken from the queues, so a queue
+//! offset is never handed out twice.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64};
+use std::sync::{Condvar, Mutex};
+
+use super::dispatch::ConsumeQueueStore;
+use super::{IssueLog, MessageStore, QueueTable, RecoveryReport, State};
+use crate::checkpoint::{AbortFile, LockFile, StoreCheckpoint};
+use crate::commitlog::{CommitLog, RecoverOptions, RecoveryMode};
+use crate::config::StoreConfig;
+use crate::consume_queue::ConsumeQueue;
+use crate::error::{Error, Result};
+use crate::index::IndexService;
+use crate::message::ids::UniqIdGenerator;
+use crate::message::properties;
+use crate::message::tags::tags_code_of;
+
+/// How to open a store.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// What to do with damage inside the commitlog's data (bytes a killed process cannot leave).
+    pub recovery: RecoveryMode,
+}
+
+impl MessageStore {
+    /// Opens (creating if needed) the store at `root`: takes the lock, recovers the commitlog and checks the
+    /// derived files against it (module docs), dispatches what they lack, and marks the store as running
+    /// (abort file).
+    pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
+        config.validate()?;
+        config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
+        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        let lock = LockFile::acquire(root)?;
+        let unclean_shutdown = AbortFile::exists(root);
+        let checkpoint = StoreCheckpoint::open(root)?;
+        let (queues, skipped_dirs) =
+            ConsumeQueueStore::load(&root.join("consumequeue"), config.consume_queue.mapped_file_size_consume_queue)?;
+        let index = if config.message_index_enable {
+            Some(IndexService::load(&root.join("index"), config.index)?)
+        } else {
+            None
+        };
+        let mut holes = Vec::new();
+        for cq in queues.all() {
+            if cq.recover()? {
+                holes.push(cq);
+            }
+        }
+        let dispatched_end = queues
+            .all()
+            .iter()
+            .map(|cq| cq.max_physic_offset())
+            .chain(index.as_ref().and_then(IndexService::last_indexed_offset).map(|o| o.saturating_add(1)))
+            .max()
+            .map_or(0, |m| m.max(0) as u64);
+        let recover = RecoverOptions { mode: options.recovery, unclean: unclean_shutdown, dispatched_end };
+        let (commitlog, open_report) =
+            CommitLog::open_with(&root.join("commitlog"), config.commit_log.clone(), &recover)?;
+        let end = commitlog.max_offset();
+        let min = commitlog.min_offset();
+        let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
+        let durable_ts = {
+            let v = checkpoint.values();
+            v.logics_msg_timestamp.min(v.physic_msg_timestamp)
+        };
+        let mut recovery = RecoveryReport { skipped_dirs, ..RecoveryReport::default() };
+        // Dispatch restarts where every queue and the index are complete. Re-dispatching a record that is
+        // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
+        let mut cq_frontier: Option<i64> = None;
+        let mut repaired_frontier: Option<u64> = None;
+        for cq in queues.all() {
+            cq.truncate_dirty(end as i64)?;
+            let hole = holes.iter().any(|h| std::sync::Arc::ptr_eq(h, &cq));
+            let bad = verify_tail(&cq, &commitlog, durable_ts, &delay_levels);
+            if hole || bad.is_some() {
+                let from_q = bad.unwrap_or(cq.max_offset()).min(cq.max_offset());
+                cq.truncate_to(from_q)?;
+                let frontier = u64::try_from(cq.max_physic_offset()).unwrap_or(min).clamp(min, end);
+                repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
+                recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
+                recovery.rebuilt_reasons.push(match bad {
+                    Some(q) => format!("entry {q} does not point at its record; cut there and rebuilt"),
+                    None => format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt"),
+                });
+            }
+            let m = cq.max_physic_offset();
+            if m >= 0 {
+                cq_frontier = Some(cq_frontier.map_or(m, |f| f.max(m)));
+            }
+        }
+        let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
+        if let Some(index) = &index {
+            let indexed = match index.last_indexed_offset() {
+                None => min,
+                // After a clean close the last indexed record is complete; after a crash it may have only
+                // some of its keys, so it is dispatched again (the index skips the keys it already has).
+                Some(o) => {
+                    let o = (o.max(0) as u64).clamp(min, end);
+                    match commitlog.read(o) {
+                        Ok(Some(rec)) if !unclean_shutdown => o + rec.header.total_size as u64,
+                        _ => o,
+                    }
+                }
+            };
+            from = from.min(indexed);
+        }
+        if let Some(f) = repaired_frontier {
+            from = from.min(f);
+        }
+        if unclean_shutdown {
+            let restart = checkpoint_restart(&commitlog, durable_ts);
+            recovery.checkpoint_restart = Some(restart);
+            from = from.min(restart);
+        }
+        let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
+        recovery.dispatched_from = from;
+        let mut store = MessageStore {
+            root: root.to_owned(),
+            max_message_size: AtomicI32::new(config.commit_log.max_message_size),
+            config,
+            commitlog,
+            queue_table: Mutex::new(QueueTable::new()),
+            uniq,
+            open_report,
+            unclean_shutdown,
+            state: Mutex::new(State::Closed),
+            queues,
+            index,
+            delay_levels,
+            reput: Mutex::new(from),
+            reput_offset: AtomicU64::new(from),
+            dispatched: Condvar::new(),
+            dispatched_lock: Mutex::new(()),
+            new_data: Condvar::new(),
+            new_data_lock: Mutex::new(()),
+            wake_pending: std::sync::atomic::AtomicBool::new(false),
+            flushed_offset: AtomicU64::new(end),
+            checkpoint,
+            dispatched_timestamp: AtomicI64::new(0),
+            recovery,
+            issues: Mutex::new(IssueLog::default()),
+        };
+        // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
+        loop {
+            let round = store.dispatch(u64::MAX, false)?;
+            store.recovery.redispatched_records += round.records;
+            store.recovery.rebuilt_cq_entries += round.cq_entries;
+            if round.records == 0 && round.reput_offset >= end {
+                break;
+            }
+        }
+        let min = store.commitlog.min_offset() as i64;
+        let mut table = QueueTable::new();
+        for cq in store.queues.all() {
+            cq.correct_min_offset(min);
+            table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.max_offset() as i64);
+        }
+        *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
+        store.checkpoint_after_flush()?;
+        let abort = AbortFile::create(root)?;
+        *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
+        Ok(store)
+    }
+}
+
+/// The first queue offset, among the newest entries of `cq`, whose entry does not point at a record of the
+/// queue's topic and queue id with that queue offset, size and tagsCode. Checks from the newest entry back
+/// until an entry whose record is older than `durable_ts` (the checkpoint: older entries were flushed), and
+/// at least the newest entry.
+fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels: &[i64]) -> Option<u64> {
+    let (min, max) = (cq.min_offset(), cq.max_offset());
+    let log_min = log.min_offset() as i64;
+    let mut bad = None;
+    let mut q = max;
+    while q > min {
+        q -= 1;
+        let Some(e) = cq.entry(q) else {
+            bad = Some(q);
+            continue;
+        };
+        if e.is_pre_blank() || e.offset < log_min {
+            break;
+        }
+        let record = log.read(e.offset.max(0) as u64).ok().flatten();
+        let ok_ts = record.as_ref().and_then(|r| {
+            let bytes = r.bytes();
+            let h = &r.header;
+            let props = h.properties(bytes);
+            let code = tags_code_of(
+                h.topic(bytes),
+                properties::get_raw(props, properties::keys::TAGS),
+                properties::get_raw(props, properties::keys::DELAY),
+                h.store_timestamp,
+                delay_levels,
+            )
+            .ok()?;
+            let same = h.total_size == e.size
+                && h.queue_id == cq.queue_id()
+                && h.queue_offset == q as i64
+                && h.topic(bytes) == cq.topic().as_bytes()
+                && code == e.tags_code;
+            same.then_some(h.store_timestamp)
+        });
+        match ok_ts {
+            None => bad = Some(q),
+            Some(ts) if ts < durable_ts => break,
+            Some(_) => {}
+        }
+    }
+    bad
+}
+
+/// After a crash: the start of the newest segment whose first record is older than the checkpoint's durable
+/// point (RocketMQ's abnormal recovery starts there); the log's start when the checkpoint has no durable point.
+fn checkpoint_restart(log: &CommitLog, durable_ts: i64) -> u64 {
+    let min = log.min_offset();
+    if durable_ts <= 0 {
+        return min;
+    }
+    for f in log.queue().files().iter().rev() {
+        if let Ok(Some(rec)) = log.read(f.start()) {
+            if rec.header.store_timestamp < durable_ts {
+                return f.start().max(min);
+            }
+        }
+    }
+    min
+}
