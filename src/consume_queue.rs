@@ -101,6 +101,8 @@ struct Writer {
     max_physic_offset: i64,
     /// Entries written at a position other than their queue offset (RocketMQ logs a warning and appends).
     gaps: u64,
+    /// One past the highest queue offset a dispatched record carried (beyond `max_offset` only after gaps).
+    next_expected: u64,
 }
 
 /// The consume queue of one (topic, queue id).
@@ -131,7 +133,7 @@ impl ConsumeQueue {
             topic: topic.to_owned(),
             queue_id,
             files,
-            writer: Mutex::new(Writer { max_physic_offset: -1, gaps: 0 }),
+            writer: Mutex::new(Writer { max_physic_offset: -1, gaps: 0, next_expected: 0 }),
             max_logical: AtomicU64::new(end),
             min_logical: AtomicU64::new(min),
             max_physic: AtomicI64::new(-1),
@@ -193,6 +195,12 @@ impl ConsumeQueue {
         self.lock().gaps
     }
 
+    /// The next queue offset to hand out: the max offset, or one past the highest queue offset a dispatched
+    /// record carried if that is higher (after damage left a gap), so a queue offset is never reused.
+    pub fn next_queue_offset(&self) -> u64 {
+        self.max_offset().max(self.lock().next_expected)
+    }
+
     /// `putMessagePositionInfo` (spec §6.2): appends the entry for the record at commitlog `offset` with queue
     /// offset `cq_offset`, unless the duplicate rules say it is already there.
     pub fn append(&self, offset: i64, size: i32, tags_code: i64, cq_offset: i64) -> Result<Appended> {
@@ -237,6 +245,7 @@ impl ConsumeQueue {
             if expect > cur {
                 w.gaps += 1;
             }
+            w.next_expected = w.next_expected.max(expect / UNIT + 1);
         }
         w.max_physic_offset = entry.end();
         self.max_physic.store(entry.end(), Ordering::Release);

@@ -123,13 +123,22 @@ pub fn at(file: &Arc<MappedFile>, offset: u64, limit: u64, opts: CheckOptions) -
             reason: format!("an end-of-file blank claims {size} bytes where {to_file_end} remain"),
             size: None,
         },
-        RecordCheck::Invalid { reason: Invalid::Truncated, .. } if avail < to_file_end => {
+        // A record that ends past the limit but inside its segment may still be being written.
+        RecordCheck::Invalid { reason: Invalid::Truncated, .. }
+            if avail < to_file_end && claimed_size(bytes).is_some_and(|n| n > avail && n <= to_file_end) =>
+        {
             Step::Partial { offset, file: file.clone() }
         }
         RecordCheck::Invalid { reason, size } => {
             Step::Invalid { offset, file: file.clone(), reason: reason.to_string(), size }
         }
     }
+}
+
+/// TOTALSIZE at the start of `bytes`, when it is there and positive.
+fn claimed_size(bytes: &[u8]) -> Option<usize> {
+    let word = <[u8; 4]>::try_from(bytes.get(..4)?).ok()?;
+    usize::try_from(i32::from_be_bytes(word)).ok().filter(|&n| n > 0)
 }
 
 /// Searches from `from` up to `limit`, across segments, for a position holding a record that validates

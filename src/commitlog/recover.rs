@@ -15,9 +15,10 @@
 //! - *clean*: only zeros. The end of the data is `P`.
 //! - *torn*: the previous run did not close (the abort file was there), no consume-queue or index entry
 //!   points at or beyond `P` (so nothing there was ever dispatched, which only happens to committed records),
-//!   and every valid record found after `P` fits the unfinished-append shape: one contiguous chain of records
-//!   of one topic, queue and store timestamp with consecutive queue offsets, in `P`'s segment or at the start
-//!   of the next one, and nothing else non-zero anywhere after. The remains are zeroed, later segments
+//!   and every valid record found after `P` lies where the unfinished append can: in `P`'s segment, or (after
+//!   a roll, with at most the blank filler's 8 bytes left in `P`'s segment) in the next one, and nothing
+//!   non-zero anywhere after that. (Nothing else about those records can be trusted: a torn record validates
+//!   when its body and lengths are whole, whatever its queue offset, store time or properties hold.) The remains are zeroed, later segments
 //!   removed, and `OpenReport::torn_bytes` says how much was discarded.
 //! - *damaged*: anything else, i.e. bytes that a kill cannot leave. With [`RecoveryMode::Strict`] (the
 //!   default) opening fails with `Error::Corruption` naming file and offset and changes nothing; with
@@ -142,11 +143,11 @@ impl CommitLog {
         let files = self.queue.files();
         let mut report = OpenReport { mode: opts.mode, ..OpenReport::default() };
         let Some(last) = files.last() else { return Ok(report) };
-        let start = files
-            .iter()
-            .rev()
-            .find(|f| self.starts_with_record(f))
-            .map_or_else(|| files.first().map_or(0, |f| f.start()), |f| f.start());
+        // From the last segment that starts with a record; after a crash from the segment before it too, so
+        // that the end of that segment (where a roll writes its blank filler) is validated as well.
+        let newest = files.iter().rposition(|f| self.starts_with_record(f)).unwrap_or(0);
+        let from = if opts.unclean { newest.saturating_sub(1) } else { newest };
+        let start = files.get(from).map_or(0, |f| f.start());
         report.validated_from = start;
         let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
         let end = loop {
@@ -260,34 +261,19 @@ impl CommitLog {
             for (o, h) in &following {
                 ok &= in_file(*o) || (in_next(*o) && here_extent <= 8);
                 if let Some((po, ph)) = prev {
-                    ok &= *o == po + ph.total_size as u64
-                        && h.queue_id == ph.queue_id
-                        && h.store_timestamp == ph.store_timestamp
-                        && h.topic == ph.topic
-                        && (h.queue_offset == ph.queue_offset + 1 || (h.queue_offset == 0 && ph.queue_offset == 0));
+                    // Records of one append, in order and not overlapping. Their other fields cannot be
+                    // compared: a torn record validates when its body and lengths are whole, whatever its
+                    // queue offset, store time or properties hold (the body CRC covers none of them).
+                    ok &= *o >= po + ph.total_size as u64;
                 }
                 prev = Some((*o, h));
             }
-            ok && self.same_topics(&following)
+            ok
         };
         if shape_ok {
             Tail::Torn
         } else {
             Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() }
-        }
-    }
-
-    /// Whether the chain's records all carry the same topic bytes (ranges alone do not tell).
-    fn same_topics(&self, records: &[(u64, RecordHeader)]) -> bool {
-        let topic_of = |(o, h): &(u64, RecordHeader)| -> Option<Vec<u8>> {
-            let f = self.queue.find(*o)?;
-            let rec = f.slice((*o - f.start()) as usize, h.total_size as usize)?;
-            Some(h.topic(rec).to_vec())
-        };
-        let mut topics = records.iter().map(topic_of);
-        match topics.next() {
-            None => true,
-            Some(first) => topics.all(|t| t == first),
         }
     }
 

@@ -257,8 +257,9 @@ impl Dispatcher<'_> {
                     continue;
                 }
                 Some(Step::Blank { .. }) => continue,
-                // The record is not fully written below `end` yet: wait for the next round.
-                Some(Step::Partial { .. }) => break,
+                // Appends are published whole, so below the confirm offset a record that runs past it is
+                // damage (its TOTALSIZE), not one being written.
+                Some(Step::Partial { file, .. }) => (file, "record runs past the end of the data".to_owned()),
                 Some(Step::Missing { offset }) => {
                     // A segment removed by retention under the dispatcher: go on from the log's start.
                     let min = log.min_offset();

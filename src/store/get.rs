@@ -359,7 +359,16 @@ impl MessageStore {
             return Err(None);
         }
         match self.commitlog.read(at) {
-            Ok(Some(r)) if r.header.total_size == size => Ok(r),
+            Ok(Some(r)) if r.header.total_size == size => {
+                // The body CRC too: a damaged body is never delivered as if it were the message.
+                let h = &r.header;
+                let body = h.body(r.bytes());
+                if body.is_empty() || crate::message::crc32(body) == h.body_crc {
+                    Ok(r)
+                } else {
+                    Err(Some(format!("the body CRC of the record at commitlog offset {at} does not match")))
+                }
+            }
             Ok(Some(r)) => Err(Some(format!(
                 "the record at commitlog offset {at} is {} bytes, the entry says {size}",
                 r.header.total_size

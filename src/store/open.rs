@@ -166,7 +166,7 @@ impl MessageStore {
         let mut table = QueueTable::new();
         for cq in store.queues.all() {
             cq.correct_min_offset(min);
-            table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.max_offset() as i64);
+            table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.next_queue_offset() as i64);
         }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
         store.checkpoint_after_flush()?;
