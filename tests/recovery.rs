@@ -19,8 +19,11 @@ use rmq::Error;
 
 use common::{small_config, SEG};
 
+/// Every file of a store directory with its bytes.
+type Image = BTreeMap<PathBuf, Vec<u8>>;
+
 /// Every file under `root` with its bytes.
-fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+fn files(root: &Path) -> Image {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_owned()];
     while let Some(d) = stack.pop() {
@@ -66,11 +69,7 @@ fn body(i: usize, len: usize) -> Vec<u8> {
 
 /// A closed store holding `n` acknowledged messages, the image of a store that then appended one batch of
 /// `sizes` to it (also closed), and the first offset of that batch.
-fn base_and_batch(
-    dir: &Path,
-    n: usize,
-    sizes: &[usize],
-) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<PathBuf, Vec<u8>>, u64) {
+fn base_and_batch(dir: &Path, n: usize, sizes: &[usize]) -> (Image, Image, u64) {
     let root = dir.join("base");
     {
         let store = MessageStore::open(&root, small_config()).unwrap();
