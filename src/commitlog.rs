@@ -303,7 +303,7 @@ impl CommitLog {
                 let mut blank = [0u8; END_FILE_MIN_BLANK_LENGTH];
                 blank[..4].copy_from_slice(&(remaining as i32).to_be_bytes());
                 blank[4..].copy_from_slice(&BLANK_MAGIC.to_be_bytes());
-                file.write(pos, &blank);
+                file.write_at(pos, &blank)?;
             }
             *wrote = file.end();
             self.max_offset.store(*wrote, Ordering::Release);
@@ -318,13 +318,7 @@ impl CommitLog {
                 finish_record(bytes, rec, queue_offset(i), phys as i64, store_timestamp);
             }
         }
-        if !file.write(pos, buf) {
-            return Err(Error::Corruption {
-                path: file.path().to_owned(),
-                offset: first_offset as i64,
-                reason: "write outside the segment".into(),
-            });
-        }
+        file.write_at(pos, buf)?;
         *wrote = first_offset + total;
         self.max_offset.store(*wrote, Ordering::Release);
         if *wrote + WARM_AHEAD / 2 > self.warmer.requested.load(Ordering::Relaxed) {

@@ -401,6 +401,7 @@ impl MessageStore {
         d.set_item("redispatched_records", r.redispatched_records)?;
         d.set_item("rebuilt_cq_entries", r.rebuilt_cq_entries)?;
         d.set_item("skipped_dirs", r.skipped_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())?;
+        d.set_item("dispatch_blocked", r.dispatch_blocked.as_deref())?;
         Ok(d)
     }
 

@@ -157,6 +157,10 @@ pub struct RecoveryReport {
     pub rebuilt_cq_entries: u64,
     /// Directories under `consumequeue/` that are not a topic / queue id and were left alone.
     pub skipped_dirs: Vec<PathBuf>,
+    /// Why dispatch could not catch up while opening (a full disk: a consume-queue or index file could not be
+    /// created), if it could not. The store opened anyway: records from `dispatched_from` on are readable by
+    /// offset and reach their queues once space is freed; their queue offsets are not handed out again.
+    pub dispatch_blocked: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -261,7 +265,16 @@ impl MessageStore {
         };
         // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
         loop {
-            let round = store.dispatch(u64::MAX, false)?;
+            let round = match store.dispatch(u64::MAX, false) {
+                Ok(round) => round,
+                // A full disk (catching up needs a new consume-queue or index file): the store still opens and
+                // reads; dispatch goes on (reput service) once space is freed.
+                Err(e @ Error::DiskFull { .. }) => {
+                    store.recovery.dispatch_blocked = Some(e.to_string());
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             store.recovery.redispatched_records += round.records;
             store.recovery.rebuilt_cq_entries += round.cq_entries;
             if round.records == 0 && round.reput_offset >= end {
@@ -274,11 +287,31 @@ impl MessageStore {
             cq.correct_min_offset(min);
             table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.max_offset() as i64);
         }
+        if store.recovery.dispatch_blocked.is_some() {
+            // The queues lag the log: the records not dispatched yet hold queue offsets too, which must never
+            // be handed out again.
+            store.queue_offsets_after_reput(&mut table);
+        }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
         store.checkpoint_after_flush()?;
         let abort = AbortFile::create(root)?;
         *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
         Ok(store)
+    }
+
+    /// Raises `table` to one past the queue offset of every record from the dispatch position to the end of the
+    /// log (records that are in the commitlog but not yet in their consume queue). Stops at unreadable bytes.
+    fn queue_offsets_after_reput(&self, table: &mut QueueTable) {
+        let mut offset = self.reput_offset();
+        while let Ok(Some((rec, next))) = self.commitlog.next_record(offset) {
+            let h = &rec.header;
+            if h.transaction_type().takes_queue_offset() {
+                let topic = crate::java::decode_utf8_lossy(h.topic(rec.bytes())).into_owned();
+                let slot = table.entry(topic).or_default().entry(h.queue_id).or_insert(0);
+                *slot = (*slot).max(h.queue_offset.saturating_add(1));
+            }
+            offset = next;
+        }
     }
 
     /// The store directory.
@@ -534,9 +567,11 @@ impl MessageStore {
         self.commitlog.next_record(offset)
     }
 
-    /// Flushes all written data to disk: the commitlog, then the consume queues and the index.
+    /// Flushes all written data to disk: the commitlog, then the consume queues and the index. A poisoned
+    /// store refuses ([`Error::Poisoned`]): after a failed flush, a later one that succeeds does not prove the
+    /// earlier data reached the disk, so nothing may be declared durable until the store is reopened.
     pub fn flush(&self) -> Result<()> {
-        self.check_open()?;
+        self.check_writable()?;
         let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
         if let Err(e) = self.commitlog.flush() {
             *self.state() = State::Poisoned(e.to_string());
