@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import small_config
 
 import rmq
+from conftest import small_config
 from rmq.testing import FAULT_POINTS, disarm_faults, inject_fault, injected_fault
 
 
@@ -135,6 +135,8 @@ def test_bad_fault_arguments_are_typed_errors() -> None:
     for kwargs in ({"times": 0}, {"after": -1}, {"errno": 0}, {"after": 1.5}, {"times": True}, {"after": 2**64}):
         with pytest.raises(rmq.InvalidInputError):
             inject_fault("write", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(rmq.InvalidInputError):
+        inject_fault(3)  # type: ignore[arg-type]
     with pytest.raises(rmq.InvalidInputError):
         disarm_faults("nope")
     assert disarm_faults() == 0, "nothing was armed by the rejected calls"

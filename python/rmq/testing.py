@@ -39,6 +39,8 @@ def inject_fault(
     until disarmed) fail with `errno`. With `path`, only files under that path are affected. Replaces a fault
     armed earlier at the same point and path. Raises `rmq.InvalidInputError` for an unknown point or bad counts.
     """
+    if not isinstance(point, str):
+        raise _native.InvalidInputError(f"point must be one of {FAULT_POINTS}, not {point!r}")
     for name, value in (("after", after), ("times", times), ("errno", errno)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise _native.InvalidInputError(f"{name} must be an int, not {type(value).__name__}")
