@@ -1,11 +1,18 @@
 //! The store's marker files (spec §8): `lock` (exclusive while open) and `abort` (present while open, so
-//! its presence at start-up means the last run did not close cleanly).
+//! its presence at start-up means the last run did not close cleanly), and the `checkpoint`.
+//!
+//! A full disk: none of these needs new space to open a store that has them already. `lock` is rewritten only
+//! when its content differs; `abort` is created empty first (an empty file needs no data block) and its
+//! process id is written only if space allows, so a full disk never makes it half-written; the checkpoint's
+//! 4096 bytes are claimed when it is created, so its in-place rewrite never needs space. Every write and sync
+//! passes the fault seam ([`crate::fault`]); ENOSPC is [`Error::DiskFull`].
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::fault::{self, FaultPoint};
 
 /// Holds the exclusive lock on `<root>/lock` (an OS file lock on byte range [0, 1), content `lock`).
 #[derive(Debug)]
@@ -18,18 +25,38 @@ fn open_or_create(path: &Path) -> Result<File> {
     OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, e))
 }
 
+/// `pwrite` of all of `data` at `pos`, through the fault seam.
+fn write_at(file: &File, path: &Path, data: &[u8], pos: u64) -> Result<()> {
+    fault::check(FaultPoint::Write, path).map_err(|e| Error::io(path, e))?;
+    file.write_all_at(data, pos).map_err(|e| Error::io(path, e))
+}
+
+/// fsync (`data_only`: fdatasync) through the fault seam.
+fn sync(file: &File, path: &Path, data_only: bool) -> Result<()> {
+    fault::check(FaultPoint::Fsync, path).map_err(|e| Error::io(path, e))?;
+    if data_only { file.sync_data() } else { file.sync_all() }.map_err(|e| Error::io(path, e))
+}
+
 impl LockFile {
-    /// Takes the lock or fails with [`Error::Locked`].
+    /// Takes the lock or fails with [`Error::Locked`]. The content `lock` is written (and synced) only when the
+    /// file does not hold it already, so re-opening needs no disk space. If it cannot be written (a full disk
+    /// when the store is first created), the file is left empty and the error returned.
     pub fn acquire(root: &Path) -> Result<Self> {
         let path = root.join("lock");
-        let mut file = open_or_create(&path)?;
+        let file = open_or_create(&path)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(root.to_owned())),
             Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
         }
-        file.write_all(b"lock").map_err(|e| Error::io(&path, e))?;
-        file.sync_all().map_err(|e| Error::io(&path, e))?;
+        let mut head = [0u8; 4];
+        let held = file.read_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
+        if held < head.len() || &head != b"lock" {
+            if let Err(e) = write_at(&file, &path, b"lock", 0).and_then(|()| sync(&file, &path, false)) {
+                let _ = file.set_len(0);
+                return Err(e);
+            }
+        }
         Ok(LockFile { _file: file })
     }
 }
@@ -48,12 +75,16 @@ impl AbortFile {
 
     /// Writes `<root>/abort` with this process id, keeping the previous content in `abort.bak`
     /// (`MixAll.string2File`).
+    ///
+    /// The marker's presence is what matters; its content is informative. Each file is made to exist (empty,
+    /// which needs no disk space) before its content is written; when the disk is full the content is not
+    /// written and the file stays empty rather than half-written. Other I/O errors are returned.
     pub fn create(root: &Path) -> Result<Self> {
         let path = root.join("abort");
         let bak = root.join("abort.bak");
         let previous = std::fs::read(&path).unwrap_or_default();
-        std::fs::write(&bak, previous).map_err(|e| Error::io(&bak, e))?;
-        std::fs::write(&path, std::process::id().to_string()).map_err(|e| Error::io(&path, e))?;
+        write_marker(&bak, &previous)?;
+        write_marker(&path, std::process::id().to_string().as_bytes())?;
         Ok(AbortFile { path })
     }
 
@@ -64,6 +95,16 @@ impl AbortFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(&self.path, e)),
         }
+    }
+}
+
+/// Makes `path` exist holding `content`, or, when the disk is full, exist empty.
+fn write_marker(path: &Path, content: &[u8]) -> Result<()> {
+    let file = OpenOptions::new().write(true).create(true).truncate(true).open(path).map_err(|e| Error::io(path, e))?;
+    match write_at(&file, path, content, 0) {
+        Ok(()) => Ok(()),
+        Err(Error::DiskFull { .. }) => file.set_len(0).map_err(|e| Error::io(path, e)),
+        Err(e) => Err(e),
     }
 }
 
@@ -130,14 +171,26 @@ pub struct StoreCheckpoint {
 }
 
 impl StoreCheckpoint {
-    /// Opens `<root>/checkpoint`, creating it (4096 zero bytes) if missing; a shorter file is extended.
+    /// Opens `<root>/checkpoint`, creating it (4096 zero bytes, disk space claimed) if missing; a shorter file
+    /// is extended. On a full disk a missing file is not left behind (a shorter one is left as it was) and the
+    /// error is [`Error::DiskFull`]. A full-size file found sparse (RocketMQ maps it) gets its space claimed
+    /// when possible; if not, opening goes on and a later update may fail with `DiskFull`.
     pub fn open(root: &Path) -> Result<Self> {
-        use std::os::unix::fs::FileExt;
         let path = root.join("checkpoint");
+        let existed = path.exists();
         let file = open_or_create(&path)?;
         let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        if len < CHECKPOINT_FILE_SIZE {
-            file.set_len(CHECKPOINT_FILE_SIZE).map_err(|e| Error::io(&path, e))?;
+        match crate::mmap::allocate(&file, &path, CHECKPOINT_FILE_SIZE) {
+            Ok(()) => {}
+            Err(_) if len >= CHECKPOINT_FILE_SIZE => {}
+            Err(e) => {
+                if existed {
+                    let _ = file.set_len(len);
+                } else {
+                    let _ = std::fs::remove_file(&path);
+                }
+                return Err(e);
+            }
         }
         let mut head = [0u8; 40];
         file.read_exact_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
@@ -149,16 +202,18 @@ impl StoreCheckpoint {
         *self.values.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Changes the values in memory and writes them to the file, then syncs it.
+    /// Changes the values in memory and writes them to the file, then syncs it. The 40 bytes are rewritten in
+    /// place within one claimed block, as RocketMQ does (the file is RocketMQ's, so its layout stays). If the
+    /// write fails the values in memory are kept as they were, so a retry writes them again.
     pub fn update_and_flush(&self, change: impl FnOnce(&mut CheckpointValues)) -> Result<()> {
-        use std::os::unix::fs::FileExt;
         let mut v = self.values.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let before = *v;
-        change(&mut v);
-        if *v == before {
+        let mut next = *v;
+        change(&mut next);
+        if next == *v {
             return Ok(());
         }
-        self.file.write_all_at(&v.encode(), 0).map_err(|e| Error::io(&self.path, e))?;
-        self.file.sync_data().map_err(|e| Error::io(&self.path, e))
+        write_at(&self.file, &self.path, &next.encode(), 0)?;
+        *v = next;
+        sync(&self.file, &self.path, true)
     }
 }

@@ -55,6 +55,12 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The filesystem has no space left (ENOSPC or EDQUOT) for `path`: `needed` bytes could not be claimed, when
+    /// the amount is known. Nothing was written and no queue offset was used; the store stays open and
+    /// readable, and writes go on once space is freed.
+    #[error("no space left on the device for {path}{}; nothing was written: free space and retry", needed_text(*.needed))]
+    DiskFull { path: PathBuf, needed: Option<u64> },
+
     /// Another process (or another open store in this one) holds the store directory.
     #[error("store directory {0} is locked by another open store; close it first")]
     Locked(PathBuf),
@@ -69,9 +75,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps an `io::Error` with the path it concerns.
+    /// Wraps an `io::Error` with the path it concerns; a full disk (ENOSPC, EDQUOT) becomes [`Error::DiskFull`].
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        match source.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => Error::DiskFull { path: path.into(), needed: None },
+            _ => Error::Io { path: path.into(), source },
+        }
+    }
+
+    /// [`Error::DiskFull`] for claiming `needed` bytes of `path`.
+    pub fn disk_full(path: impl Into<PathBuf>, needed: u64) -> Self {
+        Error::DiskFull { path: path.into(), needed: Some(needed) }
     }
 
     /// The `PutMessageStatus` RocketMQ would report for this failure of a put, if it is one.
@@ -84,8 +98,12 @@ impl Error {
             | Error::InvalidHost(_) => Some(PutMessageStatus::MessageIllegal),
             Error::PropertiesTooLarge { .. } => Some(PutMessageStatus::PropertiesSizeExceeded),
             Error::Closed | Error::Poisoned(_) => Some(PutMessageStatus::ServiceNotAvailable),
-            Error::Io { .. } => Some(PutMessageStatus::CreateMappedFileFailed),
+            Error::Io { .. } | Error::DiskFull { .. } => Some(PutMessageStatus::CreateMappedFileFailed),
             _ => None,
         }
     }
+}
+
+fn needed_text(needed: Option<u64>) -> String {
+    needed.map(|n| format!(" ({n} bytes needed)")).unwrap_or_default()
 }

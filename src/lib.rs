@@ -10,6 +10,7 @@ pub mod commitlog;
 pub mod config;
 pub mod consume_queue;
 pub mod error;
+pub mod fault;
 pub mod file_queue;
 pub mod index;
 pub mod java;

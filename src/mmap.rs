@@ -10,6 +10,11 @@
 //! 3. The store directory is locked against other rmq processes (`lock` file), so no other process of ours
 //!    truncates a mapped file. (A foreign process that truncates a mapped file can still fault readers; no
 //!    mapping can prevent that.)
+//! 4. Bytes are written through the mapping only into disk space already claimed for the file
+//!    (`posix_fallocate`), so a full disk is an [`Error::DiskFull`] from the write, never a SIGBUS. A file
+//!    this process creates is claimed whole before it is mapped (and removed again when that fails); a file
+//!    found on disk (RocketMQ's files are sparse) is claimed whole before its first write, which fails with
+//!    `DiskFull` if the space is not there. Opening and reading never claim space.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -18,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
+use crate::fault::{self, FaultPoint};
 
 /// One fixed-size file mapped read/write, covering global offsets `[start, start + size)`.
 pub struct MappedFile {
@@ -25,8 +31,10 @@ pub struct MappedFile {
     start: u64,
     size: u64,
     map: MmapRaw,
-    _file: File,
+    file: File,
     delete_on_drop: AtomicBool,
+    /// The whole file has disk space claimed (invariant 4).
+    allocated: AtomicBool,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -36,15 +44,23 @@ impl std::fmt::Debug for MappedFile {
 }
 
 impl MappedFile {
-    /// Creates a new zero-filled (sparse) file of `size` bytes and maps it. Fails if the file exists.
+    /// Creates a new zero-filled file of `size` bytes with all its disk space claimed, and maps it. Fails if
+    /// the file exists. On failure (a full disk is [`Error::DiskFull`]) the file is removed again, so the
+    /// directory is left as it was.
     pub fn create(path: &Path, start: u64, size: u64) -> Result<Self> {
         let file =
             OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
-        if let Err(e) = file.set_len(size) {
-            let _ = std::fs::remove_file(path);
-            return Err(Error::io(path, e));
+        let made = allocate(&file, path, size).and_then(|()| Self::map(path, file, start, size));
+        match made {
+            Ok(f) => {
+                f.allocated.store(true, Ordering::Release);
+                Ok(f)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
         }
-        Self::map(path, file, start, size)
     }
 
     /// Maps an existing file, which must be exactly `size` bytes long.
@@ -64,7 +80,15 @@ impl MappedFile {
     fn map(path: &Path, file: File, start: u64, size: u64) -> Result<Self> {
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig(format!("segment size {size} too large")))?;
         let map = MmapOptions::new().len(len).map_raw(&file).map_err(|e| Error::io(path, e))?;
-        Ok(MappedFile { path: path.to_owned(), start, size, map, _file: file, delete_on_drop: AtomicBool::new(false) })
+        Ok(MappedFile {
+            path: path.to_owned(),
+            start,
+            size,
+            map,
+            file,
+            delete_on_drop: AtomicBool::new(false),
+            allocated: AtomicBool::new(false),
+        })
     }
 
     /// Path of the file.
@@ -103,41 +127,72 @@ impl MappedFile {
         Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(pos), len) })
     }
 
-    /// Copies `data` to `pos`. Only the log writer calls this, under its writer lock, on an unpublished range.
+    /// Copies `data` to `pos`; `false` if the range is outside the file or the write failed (see
+    /// [`MappedFile::write_at`], which says why). Only the owner's writer calls this, under its writer lock, on
+    /// an unpublished range.
     pub fn write(&self, pos: usize, data: &[u8]) -> bool {
-        let Some(end) = pos.checked_add(data.len()) else { return false };
-        if end > self.map.len() {
-            return false;
-        }
+        self.write_at(pos, data).is_ok()
+    }
+
+    /// Copies `data` to `pos`, after claiming the file's disk space if that was not done yet (invariant 4).
+    /// Errors, with nothing written: [`Error::DiskFull`] when the space cannot be claimed,
+    /// [`Error::InvalidOffset`] for a range outside the file, an injected fault ([`crate::fault`]).
+    pub fn write_at(&self, pos: usize, data: &[u8]) -> Result<()> {
+        let end = pos.checked_add(data.len()).filter(|&e| e <= self.map.len()).ok_or_else(|| Error::InvalidOffset {
+            offset: self.start.saturating_add(pos as u64) as i64,
+            reason: format!("a write of {} bytes does not fit in {}", data.len(), self.path.display()),
+        })?;
+        fault::check(FaultPoint::Write, &self.path).map_err(|e| Error::io(&self.path, e))?;
+        self.claim()?;
+        debug_assert!(end <= self.map.len());
         #[allow(unsafe_code)]
         // SAFETY: the destination lies inside the mapping (checked above) and is not published, so no reader
         // holds a slice of it (invariant 1); `data` is a distinct Rust slice, so the ranges do not overlap.
+        // The file's space is claimed (`claim` above), so the page faults this copy takes cannot fail for want of
+        // space (invariant 4).
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(pos), data.len());
         }
-        true
+        Ok(())
+    }
+
+    /// Claims disk space for the whole file unless that was done (one atomic load when it was).
+    fn claim(&self) -> Result<()> {
+        if self.allocated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        allocate(&self.file, &self.path, self.size)?;
+        self.allocated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the file's disk space is claimed, so writes cannot run out of space.
+    pub fn is_allocated(&self) -> bool {
+        self.allocated.load(Ordering::Acquire)
     }
 
     /// Writes the 8 bytes at `pos` with one store instruction, after every earlier write to the mapping: the
     /// commit point of an append (the first record's TOTALSIZE and MAGIC, or an end-of-file blank). A process
     /// killed at any instant leaves either all 8 bytes or none of them, and never these bytes without the ones
     /// written before them (the crash model in `commitlog::recover`).
-    pub fn write_commit_word(&self, pos: usize, word: [u8; 8]) -> bool {
-        let Some(end) = pos.checked_add(8) else { return false };
-        if end > self.map.len() {
-            return false;
-        }
+    pub fn write_commit_word(&self, pos: usize, word: [u8; 8]) -> Result<()> {
+        pos.checked_add(8).filter(|&e| e <= self.map.len()).ok_or_else(|| Error::InvalidOffset {
+            offset: self.start.saturating_add(pos as u64) as i64,
+            reason: format!("a commit word does not fit in {}", self.path.display()),
+        })?;
+        fault::check(FaultPoint::Write, &self.path).map_err(|e| Error::io(&self.path, e))?;
+        self.claim()?;
         // Every byte copied before this call is in the mapping before the word (program order for a killed
         // process; the fence also orders it for any other observer of the shared mapping).
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         #[allow(unsafe_code)]
         // SAFETY: `pos..pos + 8` lies inside the mapping (checked above) and is not published yet, so no reader
-        // holds a slice of it (invariant 1). `write_unaligned` has no alignment requirement and is one 8-byte
-        // store on the targets rmq builds for.
+        // holds a slice of it (invariant 1); the file's space is claimed (invariant 4). `write_unaligned` has no
+        // alignment requirement and is one 8-byte store on the targets rmq builds for.
         unsafe {
             self.map.as_mut_ptr().add(pos).cast::<u64>().write_unaligned(u64::from_ne_bytes(word));
         }
-        true
+        Ok(())
     }
 
     /// Flushes `[pos, pos + len)` to disk (msync).
@@ -145,6 +200,7 @@ impl MappedFile {
         if len == 0 {
             return Ok(());
         }
+        fault::check(FaultPoint::Flush, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.map.flush_range(pos, len).map_err(|e| Error::io(&self.path, e))
     }
 
@@ -165,12 +221,50 @@ impl MappedFile {
 
     /// Flushes the whole file.
     pub fn flush(&self) -> Result<()> {
+        fault::check(FaultPoint::Flush, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.map.flush().map_err(|e| Error::io(&self.path, e))
     }
 
     /// Removes the file from disk once the last reference to it is dropped.
     pub fn delete_on_drop(&self) {
         self.delete_on_drop.store(true, Ordering::Release);
+    }
+}
+
+/// Claims disk space for bytes `[0, size)` of `file` (`posix_fallocate`, mode 0: blocks are reserved, contents
+/// and existing data unchanged, the length extended to `size` if shorter). Already claimed blocks cost nothing.
+/// A full disk is [`Error::DiskFull`] with `needed = size`. Filesystems without `fallocate` are handled by
+/// glibc, which writes a zero into every unallocated block instead.
+pub fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
+    let full = |path: &Path| Error::disk_full(path, size);
+    fault::check(FaultPoint::Allocate, path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => full(path),
+        _ => Error::io(path, e),
+    })?;
+    if size == 0 {
+        return Ok(());
+    }
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| Error::InvalidConfig(format!("file size {size} is too large for this platform")))?;
+    let rc = posix_fallocate(file, len);
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC | libc::EDQUOT => Err(full(path)),
+        errno => Err(Error::io(path, std::io::Error::from_raw_os_error(errno))),
+    }
+}
+
+/// `posix_fallocate(fd, 0, len)`, retried on EINTR; returns the error number (0: success).
+fn posix_fallocate(file: &File, len: libc::off_t) -> i32 {
+    use std::os::fd::AsRawFd;
+    loop {
+        #[allow(unsafe_code)]
+        // SAFETY: a plain system call on a file descriptor this `File` owns and keeps open for the call; no
+        // memory is passed.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        if rc != libc::EINTR {
+            return rc;
+        }
     }
 }
 

@@ -8,6 +8,7 @@ Open a directory with `MessageStore`, `put` messages, `read` them back by commit
 from rmq._native import (
     BoundaryType,
     CorruptionError,
+    DiskFullError,
     GetMessageResult,
     GetMessageStatus,
     InvalidConfigError,
@@ -49,6 +50,7 @@ __all__ = [
     "ConsumeStatus",
     "ConsumerOffsetManager",
     "CorruptionError",
+    "DiskFullError",
     "GetMessageResult",
     "GetMessageStatus",
     "InvalidConfigError",

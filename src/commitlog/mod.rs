@@ -222,7 +222,7 @@ impl CommitLog {
                 let mut blank = [0u8; END_FILE_MIN_BLANK_LENGTH];
                 blank[..4].copy_from_slice(&(remaining as i32).to_be_bytes());
                 blank[4..].copy_from_slice(&BLANK_MAGIC.to_be_bytes());
-                file.write_commit_word(pos, blank);
+                file.write_commit_word(pos, blank)?;
             }
             *wrote = file.end();
             self.max_offset.store(*wrote, Ordering::Release);
@@ -240,17 +240,11 @@ impl CommitLog {
         // The commit protocol (`recover`'s crash model): every byte but the first record's first 8, then those
         // 8 with one store. A kill before that store leaves an append that recovery can tell is unfinished.
         let (word, rest) = buf.split_at(END_FILE_MIN_BLANK_LENGTH.min(buf.len()));
-        let word = <[u8; END_FILE_MIN_BLANK_LENGTH]>::try_from(word).ok();
-        if word.is_none()
-            || !file.write(pos + END_FILE_MIN_BLANK_LENGTH, rest)
-            || !file.write_commit_word(pos, word.unwrap_or_default())
-        {
-            return Err(Error::Corruption {
-                path: file.path().to_owned(),
-                offset: first_offset as i64,
-                reason: "write outside the segment".into(),
-            });
-        }
+        let word = <[u8; END_FILE_MIN_BLANK_LENGTH]>::try_from(word).map_err(|_| {
+            Error::IllegalMessage(format!("an append of {total} bytes is shorter than a record header"))
+        })?;
+        file.write_at(pos + END_FILE_MIN_BLANK_LENGTH, rest)?;
+        file.write_commit_word(pos, word)?;
         *wrote = first_offset + total;
         self.max_offset.store(*wrote, Ordering::Release);
         if *wrote + WARM_AHEAD / 2 > self.warmer.requested.load(Ordering::Relaxed) {

@@ -1,8 +1,10 @@
 //! The Python exception tree, rooted at `RmqError`, mirroring [`crate::Error`].
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyOSError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use super::message::PutMessageStatus;
 use crate::error::Error;
@@ -39,8 +41,30 @@ create_exception!(
     "A flush failed; the store refuses writes until reopened."
 );
 
+/// `DiskFullError(StoreIOError, OSError)`: built at import, since a class with two bases cannot be declared
+/// with `create_exception!`. Instances carry `errno == ENOSPC`.
+static DISK_FULL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn disk_full_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    DISK_FULL_ERROR
+        .get_or_try_init(py, || {
+            let bases = PyTuple::new(py, [py.get_type::<StoreIOError>(), py.get_type::<PyOSError>()])?;
+            let ns = PyDict::new(py);
+            ns.set_item(
+                "__doc__",
+                "The disk is full (ENOSPC): nothing was written and no queue offset was used. Also an OSError with \
+                 errno ENOSPC. The store stays open and readable; free space and retry.",
+            )?;
+            ns.set_item("__module__", "rmq")?;
+            let ty = py.get_type::<PyType>().call1(("DiskFullError", bases, ns))?;
+            Ok(ty.cast_into::<PyType>()?.unbind())
+        })
+        .map(|t| t.bind(py))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    m.add("DiskFullError", disk_full_type(py)?)?;
     let add = |name: &str, ty: Bound<'_, pyo3::types::PyType>| -> PyResult<()> {
         ty.setattr("__module__", "rmq")?;
         m.add(name, ty)
@@ -70,7 +94,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
     let status = err.put_status();
     let (path, offset) = match &err {
         Error::Corruption { path, offset, .. } => (Some(path.display().to_string()), Some(*offset)),
-        Error::Io { path, .. } => (Some(path.display().to_string()), None),
+        Error::Io { path, .. } | Error::DiskFull { path, .. } => (Some(path.display().to_string()), None),
         Error::InvalidOffset { offset, .. } => (None, Some(*offset)),
         Error::Locked(path) => (Some(path.display().to_string()), None),
         _ => (None, None),
@@ -86,6 +110,11 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidOffset { .. } => InvalidOffsetError::new_err(msg),
         Error::Corruption { .. } => CorruptionError::new_err(msg),
         Error::Io { .. } => StoreIOError::new_err(msg),
+        Error::DiskFull { ref path, .. } => Python::attach(|py| match disk_full_type(py) {
+            // OSError(errno, strerror, filename) sets `errno`, `strerror` and `filename`.
+            Ok(ty) => PyErr::from_type(ty.clone(), (libc::ENOSPC, msg, path.display().to_string())),
+            Err(e) => e,
+        }),
         Error::Locked(_) => StoreLockedError::new_err(msg),
         Error::Closed => StoreClosedError::new_err(msg),
         Error::Poisoned(_) => StorePoisonedError::new_err(msg),

@@ -3,6 +3,7 @@
 
 mod columnar;
 mod errors;
+mod fault;
 mod get;
 mod message;
 mod store;
@@ -18,5 +19,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     get::register(m)?;
     store::register(m)?;
     columnar::register(m)?;
+    fault::register(m)?;
     Ok(())
 }

@@ -166,6 +166,10 @@ pub struct RecoveryReport {
     /// Where dispatch restarted because the previous run did not close cleanly: the start of the segment
     /// holding the checkpoint's durable point (None after a clean close).
     pub checkpoint_restart: Option<u64>,
+    /// Why dispatch could not catch up while opening (a full disk: a consume-queue or index file could not be
+    /// created), if it could not. The store opened anyway: records from `dispatched_from` on are readable by
+    /// offset and reach their queues once space is freed; their queue offsets are not handed out again.
+    pub dispatch_blocked: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -196,6 +200,21 @@ impl MessageStore {
     /// Opens (creating if needed) the store at `root` with strict recovery (see [`open::OpenOptions`]).
     pub fn open(root: &Path, config: StoreConfig) -> Result<Self> {
         Self::open_with(root, config, &open::OpenOptions::default())
+    }
+
+    /// Raises `table` to one past the queue offset of every record from the dispatch position to the end of the
+    /// log (records that are in the commitlog but not yet in their consume queue). Stops at unreadable bytes.
+    pub(crate) fn queue_offsets_after_reput(&self, table: &mut QueueTable) {
+        let mut offset = self.reput_offset();
+        while let Ok(Some((rec, next))) = self.commitlog.next_record(offset) {
+            let h = &rec.header;
+            if h.transaction_type().takes_queue_offset() {
+                let topic = crate::java::decode_utf8_lossy(h.topic(rec.bytes())).into_owned();
+                let slot = table.entry(topic).or_default().entry(h.queue_id).or_insert(0);
+                *slot = (*slot).max(h.queue_offset.saturating_add(1));
+            }
+            offset = next;
+        }
     }
 
     /// The store directory.
@@ -451,9 +470,11 @@ impl MessageStore {
         self.commitlog.next_record(offset)
     }
 
-    /// Flushes all written data to disk: the commitlog, then the consume queues and the index.
+    /// Flushes all written data to disk: the commitlog, then the consume queues and the index. A poisoned
+    /// store refuses ([`Error::Poisoned`]): after a failed flush, a later one that succeeds does not prove the
+    /// earlier data reached the disk, so nothing may be declared durable until the store is reopened.
     pub fn flush(&self) -> Result<()> {
-        self.check_open()?;
+        self.check_writable()?;
         let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
         if let Err(e) = self.commitlog.flush() {
             *self.state() = State::Poisoned(e.to_string());

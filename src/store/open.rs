@@ -155,7 +155,16 @@ impl MessageStore {
         };
         // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
         loop {
-            let round = store.dispatch(u64::MAX, false)?;
+            let round = match store.dispatch(u64::MAX, false) {
+                Ok(round) => round,
+                // A full disk (catching up needs a new consume-queue or index file): the store still opens and
+                // reads; dispatch goes on (reput service) once space is freed.
+                Err(e @ Error::DiskFull { .. }) => {
+                    store.recovery.dispatch_blocked = Some(e.to_string());
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             store.recovery.redispatched_records += round.records;
             store.recovery.rebuilt_cq_entries += round.cq_entries;
             if round.records == 0 && round.reput_offset >= end {
@@ -167,6 +176,11 @@ impl MessageStore {
         for cq in store.queues.all() {
             cq.correct_min_offset(min);
             table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.next_queue_offset() as i64);
+        }
+        if store.recovery.dispatch_blocked.is_some() {
+            // The queues lag the log: the records not dispatched yet hold queue offsets too, which must never
+            // be handed out again.
+            store.queue_offsets_after_reput(&mut table);
         }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
         store.checkpoint_after_flush()?;

@@ -1,0 +1,142 @@
+"""A full filesystem: puts fail with a typed `DiskFullError` (never a SIGBUS), nothing acknowledged is lost, the
+store reopens and reads while still full, and after space is freed puts go on with dense queue offsets.
+
+`test_full_tmpfs` fills a real 16 MiB tmpfs (CI runs as root; there a failing mount fails the test). Where
+mounting is not possible outside CI it says so and runs the scenario on the fault seam instead, as
+`test_full_disk_simulated_by_the_fault_seam` always does. Each phase runs in a child process
+(`disk_full_child.py`), so a SIGBUS shows up as a failed exit status rather than killing the test run.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHILD = Path(__file__).with_name("disk_full_child.py")
+TMPFS_SIZE = "16m"
+
+
+def run_child(mode: str, root: Path, state: Path, simulate: bool) -> dict:
+    args = [sys.executable, str(CHILD), mode, str(root), str(state)] + (["--simulate"] if simulate else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, (
+        f"{mode} child ended with status {proc.returncode} (a negative status is the signal that killed it, "
+        f"-7 = SIGBUS)\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
+    )
+    return json.loads(state.read_text())
+
+
+def check_scenario(mount: Path, state_dir: Path, simulate: bool) -> None:
+    root = mount / "store"
+    state = state_dir / "state.json"
+    filler = mount / "filler"
+    if not simulate:
+        filler.write_bytes(b"\x01" * (2 * 1024 * 1024))
+
+    # 1. Fill: puts fail typed, every successful put got the next queue offset (checked in the child).
+    s = run_child("fill", root, state, simulate)
+    acked = s["acked"]
+    assert s["fill_failures"] == 40
+    assert len(acked) > 500, "the store held a good number of messages before the disk filled"
+    if not simulate:
+        usage = shutil.disk_usage(mount)
+        assert usage.free < 64 * 1024, f"the filesystem is full ({usage.free} bytes free)"
+
+    # 2. Reopen while still full, with the consume queues and the index to rebuild and not a byte free for
+    # them: opening needs no space and reports that dispatch is blocked; every acknowledged message reads back
+    # intact; a put that needs a new segment fails typed; the puts that fit continue the queue offsets.
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    if not simulate:
+        fill_to_the_brim(mount / "filler-top")
+    s = run_child("full", root, state, simulate)
+    assert s["full_recovery"]["dispatch_blocked"] is not None, s["full_recovery"]
+    assert "no space left" in s["full_recovery"]["dispatch_blocked"]
+    assert s["full_unreadable"] == [], "every acknowledged message reads back after reopening on a full disk"
+    assert s["full_put_failed"], "the disk is still full: a put needing a new segment raised DiskFullError"
+
+    # 3. Free space: puts go on, dispatch catches up, queue offsets are dense, nothing is lost or duplicated.
+    if not simulate:
+        filler.unlink()
+        (mount / "filler-top").unlink()
+    s = run_child("free", root, state, simulate=False)
+    acked = s["acked"]
+    assert len({a["key"] for a in acked}) == len(acked)
+    by_queue: dict[int, dict[int, int]] = defaultdict(dict)
+    for a in acked:
+        assert a["qo"] not in by_queue[a["q"]], "a queue offset was acknowledged twice"
+        by_queue[a["q"]][a["qo"]] = a["offset"]
+    for q, entries in s["queues"].items():
+        expected = by_queue[int(q)]
+        assert [qo for qo, _ in entries] == list(range(len(entries))), f"queue {q} is dense from 0"
+        assert dict((qo, off) for qo, off in entries) == expected, f"queue {q} holds exactly the acknowledged"
+        assert s["next_qo"][q] == len(entries)
+    missing = [a["key"] for a in acked if a["offset"] not in s["key_hits"][a["key"]]]
+    assert missing == [], f"{len(missing)} keys are not found by query_message"
+    assert s["dispatch_issues"] == 0
+    assert s["free_recovery"]["dispatch_blocked"] is None
+
+
+def fill_to_the_brim(path: Path) -> None:
+    """Writes `path` until the filesystem has no byte left (ENOSPC)."""
+    chunk = b"\x02" * 4096
+    with path.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path | None]:
+    """A 16 MiB tmpfs under tmp_path, or None where mounting is not possible (never on CI)."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    on_ci = bool(os.environ.get("CI"))
+    why = None
+    if os.geteuid() != 0:
+        why = "not root"
+    else:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            why = f"mount failed: {proc.stderr.strip()}"
+    if why is not None:
+        if on_ci:
+            pytest.fail(f"CI must mount a tmpfs for this test ({why})")
+        yield None
+        return
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_full_tmpfs(tmpfs: Path | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if tmpfs is None:
+        with capsys.disabled():
+            print(
+                "\n[test_full_tmpfs] cannot mount a tmpfs here (not root or no permission, and CI is unset): "
+                "simulating the full disk with the fault seam instead"
+            )
+        (tmp_path / "sim").mkdir()
+        check_scenario(tmp_path / "sim", tmp_path, simulate=True)
+        return
+    check_scenario(tmpfs, tmp_path, simulate=False)
+
+
+def test_full_disk_simulated_by_the_fault_seam(tmp_path: Path) -> None:
+    (tmp_path / "fs").mkdir()
+    check_scenario(tmp_path / "fs", tmp_path, simulate=True)
