@@ -105,7 +105,7 @@ def scan_rows(store_dir: Path, config: rmq.StoreConfig | None = None) -> list[di
 def read_all(store_dir: Path, split_size: int, **kw: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for s in rs.plan_splits(store_dir, split_size):
-        for b in arrow.read_split(s.path, s.base, s.start, s.end, s.limit, **kw):
+        for b in arrow.read_split(s.path, s.base, s.start, s.end, **kw):
             rows.extend(b.to_pylist())
     return [normalise(r) for r in rows]
 
@@ -179,53 +179,50 @@ def test_rocketmq_written_store_reads_exactly_rmqs_scan(fixture_rows: list[dict[
         assert read_all(FIXTURE, split_size) == fixture_rows
 
 
-def read_cut(path: Path, base: int, cuts: list[int], limit: int) -> list[int]:
-    """commitlog offsets read by the splits between consecutive `cuts` of one segment."""
+def offsets_read(store_dir: Path, split_size: int) -> list[int]:
+    """commitlog offsets read by all the splits of `split_size`."""
     got = []
-    for a, b in zip(cuts, cuts[1:], strict=False):
-        for batch in arrow.read_split(str(path), base, a, b, limit, schema=arrow.arrow_schema(["commitlog_offset"])):
+    for s in rs.plan_splits(store_dir, split_size):
+        for batch in arrow.read_split(s.path, s.base, s.start, s.end, schema=arrow.arrow_schema(["commitlog_offset"])):
             got.extend(batch.column(0).to_pylist())
     return got
 
 
-def test_awkward_cut_points_lose_and_duplicate_nothing(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
-    splits = {s.base: s for s in rs.plan_splits(matrix_store, 1 << 30)}
-    by_segment: dict[int, list[int]] = {}
-    for r in matrix_rows:
-        base = r["commitlog_offset"] - r["commitlog_offset"] % 65536
-        by_segment.setdefault(base, []).append(r["commitlog_offset"] - base)
-    for base, positions in by_segment.items():
-        s = splits[base]
-        data = Path(s.path).read_bytes()
-        want = [base + p for p in positions]
-        blank_at = positions[-1] + struct.unpack_from(">i", data, positions[-1])[0]
-        magic_in_body = [i for i in range(len(data) - 4) if data[i : i + 4] == b"\xda\xa3\x20\xa7"]
-        cut_sets = [
-            [0] + [p + 1 for p in positions] + [s.limit],  # one byte after every record start
-            [0] + [p - 1 for p in positions[1:]] + [s.limit],  # one byte before every start
-            [0, blank_at, s.limit],  # at the blank filler
-            [0, blank_at + 3, s.limit],  # inside the blank filler
-            sorted({0, s.limit, *[i for i in magic_in_body if i > 0][:50]}),  # on magic codes inside bodies
-            sorted({0, s.limit, *[i - 4 for i in magic_in_body if i > 4][:50]}),  # where such a record would start
-        ]
-        for cuts in cut_sets:
-            assert read_cut(Path(s.path), base, cuts, s.limit) == want, (base, cuts[:5])
+def test_split_starts_are_record_starts_of_the_chain(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    """Every split starts at a record of the real log, the first one at or after its byte range; awkward sizes
+    (one byte, a prime, around a record's size) lose and duplicate nothing."""
+    want = [r["commitlog_offset"] for r in matrix_rows]
+    segment = 65536
+    for split_size in (1, 7, 97, 250, 251, 4096, 65535, 65536, 65537):
+        # The first record at or after each multiple of the split size, per segment: record p starts a split when
+        # a multiple lies in (previous record, p].
+        expected = []
+        for i, o in enumerate(want):
+            prev = want[i - 1] if i else -1
+            if prev < o - o % segment or (o % segment) // split_size > (prev % segment) // split_size:
+                expected.append(o)
+        assert [s.base + s.start for s in rs.plan_splits(matrix_store, split_size)] == expected, split_size
+        assert offsets_read(matrix_store, split_size) == want, split_size
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_any_cut_points_lose_and_duplicate_nothing(matrix_store: Path, data: st.DataObject) -> None:
-    splits = rs.plan_splits(matrix_store, 1 << 30)
-    s = data.draw(st.sampled_from(splits))
-    cuts = sorted(set(data.draw(st.lists(st.integers(0, s.limit), max_size=40))) | {0, s.limit})
-    whole = read_cut(Path(s.path), s.base, [0, s.limit], s.limit)
-    assert read_cut(Path(s.path), s.base, cuts, s.limit) == whole
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(split_size=st.integers(1, 70_000))
+def test_any_split_size_loses_and_duplicates_nothing(
+    matrix_store: Path, matrix_rows: list[dict[str, Any]], split_size: int
+) -> None:
+    assert offsets_read(matrix_store, split_size) == [r["commitlog_offset"] for r in matrix_rows]
 
 
 def test_trap_bodies_with_records_inside_are_read_as_bodies(matrix_store: Path) -> None:
     rows = read_all(matrix_store, 50)
     traps = [r for r in rows if r["topic"] == "Trap"]
     assert len(traps) == 30 and len({r["commitlog_offset"] for r in rows}) == len(rows)
+
+
+def data_end(store_dir: Path, base: int) -> int:
+    """Where the planner says the data of segment `base` ends."""
+    plans = rmq._native.plan_commitlog(str(store_dir / "commitlog"), 1 << 30)
+    return next(p[3] for p in plans if p[1] == base)
 
 
 def test_torn_tail_and_zero_segments_end_the_data(matrix_store: Path, tmp_path: Path) -> None:
@@ -239,29 +236,188 @@ def test_torn_tail_and_zero_segments_end_the_data(matrix_store: Path, tmp_path: 
     segs = sorted((copy / "commitlog").iterdir())
     last = segs[-1]
     base = int(last.name)
-    end = arrow_end = rmq._native.segment_data_end(str(last), base)
+    end = arrow_end = data_end(copy, base)
     data = bytearray(last.read_bytes())
     # A torn record: header of a big record, nothing after it.
     data[end : end + 8] = struct.pack(">iI", 5000, 0xDAA320A7)
     last.write_bytes(bytes(data))
     (copy / "commitlog" / f"{base + 65536:020d}").write_bytes(bytes(65536))
-    assert rmq._native.segment_data_end(str(last), base) == arrow_end
+    assert data_end(copy, base) == arrow_end
     for split in (1 << 30, 1000):
         assert read_all(copy, split) == expected
     with rmq.MessageStore(copy, CONFIG) as store:  # recovery agrees
         assert store.max_offset == base + end
 
 
-def test_damage_inside_the_data_is_an_error_not_a_silent_gap(matrix_store: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "damaged"
+SPLIT_SIZES = (1 << 10, 4 << 10, 64 << 10, 1 << 20, 64 << 20, 1 << 30)
+
+
+def outcome(store_dir: Path, split_size: int, *, skip: bool = False) -> tuple[Any, ...]:
+    """What reading the whole store gives: its rows (commitlog offset, body CRC ok) and, when damage is skipped,
+    what was left out; or the error, by type, file and offset."""
+    try:
+        splits, damage = rs.plan(store_dir, split_size, skip_damage=skip)
+        rows: list[tuple[int, bool]] = []
+        left_out = [(d.path, d.offset, d.length) for d in damage]
+        for s in splits:
+            skipped: list[tuple[int, int, str]] | None = [] if skip else None
+            schema = arrow.arrow_schema(["commitlog_offset", "body_crc_ok"])
+            for b in arrow.read_split(s.path, s.base, s.start, s.end, schema=schema, skipped=skipped):
+                rows.extend(zip(b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True))
+            left_out.extend((s.path, o, n) for o, n, _ in skipped or [])
+        return ("rows", tuple(rows), tuple(sorted(left_out)))
+    except rmq.CorruptionError as e:
+        return ("error", e.path, e.offset)
+
+
+def damage_targets(store_dir: Path, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Commitlog offsets to damage: the first, second and middle records of a 4 KiB split of the first segment,
+    the first and a middle record of the last segment, and the first segment's blank filler."""
+    seg = 65536
+    first_seg = [r for r in rows if r["commitlog_offset"] < seg]
+    starts = [s.base + s.start for s in rs.plan_splits(store_dir, 4096) if s.base == 0]
+    split_start = starts[2]
+    in_split = [r["commitlog_offset"] for r in first_seg if split_start <= r["commitlog_offset"] < starts[3]]
+    assert len(in_split) >= 3
+    last_base = rows[-1]["commitlog_offset"] // seg * seg
+    last_seg = [r["commitlog_offset"] for r in rows if r["commitlog_offset"] >= last_base]
+    assert len(last_seg) >= 3
+    blank = first_seg[-1]["commitlog_offset"] + first_seg[-1]["store_size"]
+    return {
+        "first of a split": in_split[0],
+        "second of a split": in_split[1],
+        "middle of a split": in_split[len(in_split) // 2],
+        "first of the last segment": last_seg[0],
+        "middle of the last segment": last_seg[len(last_seg) // 2],
+        "blank filler": blank,
+    }
+
+
+# Field -> (position in the record, bytes written there given the old bytes).
+FIELDS: dict[str, tuple[int, Any]] = {
+    "length": (0, lambda old: struct.pack(">i", struct.unpack(">i", old)[0] + 24)),
+    "magic": (4, lambda old: b"\0\0\0\0"),
+    "crc": (8, lambda old: bytes([old[0] ^ 0x01, *old[1:]])),
+    "offset": (32, lambda old: bytes([*old[:3], old[3] ^ 0x10])),  # the low half of PHYSICALOFFSET
+}
+
+
+def test_damage_matrix_gives_the_same_rows_or_error_at_every_split_size(
+    matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Length, magic, CRC and offset fields of records at awkward places, damaged one at a time: at every split
+    size from 1 KiB to 1 GiB the reader gives the same rows, or the same CorruptionError naming the damaged
+    file and an offset in it; skipping damage gives the same rows and the same record of what was left out."""
+    targets = damage_targets(matrix_store, matrix_rows)
+    all_offsets = [(r["commitlog_offset"], r["body_crc_ok"]) for r in matrix_rows]
+    seen = set()
+    for where, offset in targets.items():
+        for field, (at, change) in FIELDS.items():
+            if where == "blank filler" and field in ("crc", "offset"):
+                continue  # a blank has only TOTALSIZE and MAGICCODE
+            copy = tmp_path / f"{where}-{field}".replace(" ", "_")
+            shutil.copytree(matrix_store, copy)
+            seg = copy / "commitlog" / f"{offset // 65536 * 65536:020d}"
+            data = bytearray(seg.read_bytes())
+            pos = offset % 65536 + at
+            data[pos : pos + 4] = change(bytes(data[pos : pos + 4]))
+            seg.write_bytes(bytes(data))
+            strict = {outcome(copy, size) for size in SPLIT_SIZES}
+            assert len(strict) == 1, (where, field, strict)
+            got = strict.pop()
+            seen.add(got[0])
+            if got[0] == "error":
+                assert got[1] == str(seg) and int(seg.name) <= got[2] < int(seg.name) + 65536, (where, field, got)
+            elif field == "crc":  # an older segment's record with a damaged body is read, flagged
+                assert got[1] == tuple((o, ok and o != offset) for o, ok in all_offsets), (where, field)
+            else:
+                assert got[1] == tuple(all_offsets), (where, field)  # a blank's length is not used
+            lenient = {outcome(copy, size, skip=True) for size in SPLIT_SIZES}
+            assert len(lenient) == 1, (where, field, lenient)
+            rows, left_out = lenient.pop()[1:]
+            if got[0] == "error":  # what is left out is exactly the damaged region, and it is recorded
+                assert left_out and all(p == str(seg) for p, _, _ in left_out), (where, field)
+                kept = {o for o, _ in rows}
+                lost = [o for o, _ in all_offsets if o not in kept]
+                assert all(any(d <= o < d + n for _, d, n in left_out) for o in lost), (where, field)
+                assert lost or where == "blank filler", (where, field)
+            else:
+                assert (rows, left_out) == (got[1], ()), (where, field)
+            shutil.rmtree(copy)
+    assert seen == {"rows", "error"}
+
+
+def test_a_record_whose_fields_do_not_add_up_is_reported_by_its_reader(matrix_store: Path, tmp_path: Path) -> None:
+    """Header in the chain, body length wrong: the task reading it fails naming it, or skips exactly it."""
+    copy = tmp_path / "bodylen"
     shutil.copytree(matrix_store, copy)
-    first = sorted((copy / "commitlog").iterdir())[0]
-    data = bytearray(first.read_bytes())
+    seg = sorted((copy / "commitlog").iterdir())[0]
+    data = bytearray(seg.read_bytes())
     size = struct.unpack_from(">i", data, 0)[0]
-    data[size + 4 : size + 8] = b"\0\0\0\0"  # the second record's magic
-    first.write_bytes(bytes(data))
-    with pytest.raises(rmq.CorruptionError, match="no record"):
-        read_all(copy, 1 << 30)
+    second = size
+    body_len_at = second + 84  # v1, IPv4 hosts: BODYLENGTH follows RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET
+    data[body_len_at : body_len_at + 4] = struct.pack(">i", struct.unpack_from(">i", data, body_len_at)[0] + 1)
+    seg.write_bytes(bytes(data))
+    for size_ in SPLIT_SIZES:
+        assert outcome(copy, size_)[:3] == ("error", str(seg), second)
+        rows, left_out = outcome(copy, size_, skip=True)[1:]
+        assert left_out == ((str(seg), second, struct.unpack_from(">i", data, second)[0]),)
+        assert second not in {o for o, _ in rows}
+
+
+def forge(victim_store: Path, config: rmq.StoreConfig, split: int, count: int) -> list[int]:
+    """Puts `count` messages whose bodies end with a complete record (topic "Forged", body CRC right) that names
+    the offset it lands at, a multiple of `split`, and ends exactly where the next real record starts.
+    Returns the forged offsets."""
+    probe_dir = victim_store.parent / (victim_store.name + "-probe")
+    with rmq.MessageStore(probe_dir, config) as probe:
+        template = bytes(probe.read_raw(probe.put("Forged", b"phantom row", queue_id=0, keys="evil").wrote_offset))
+        body = b"\xab" * 300
+        raw = bytes(probe.read_raw(probe.put("Victim", body, queue_id=1).wrote_offset))
+    shutil.rmtree(probe_dir)
+    body_pos = raw.index(body)
+    tail = len(raw) - body_pos - len(body)  # topic and properties after the body: same length every time
+    # The template's properties length field: the k with 2 bytes = k before the last k bytes.
+    props = next(k for k in range(len(template)) if struct.unpack(">H", template[-k - 2 : len(template) - k])[0] == k)
+    forged_at = []
+    with rmq.MessageStore(victim_store, config) as store:
+        for _ in range(count):
+            end = store.max_offset
+            body_start = end + body_pos
+            target = -(-(body_start + 16) // split) * split  # the next split boundary inside the body
+            extra = tail + 40  # the forged record's properties swallow the real record's tail
+            forged = bytearray(template[: len(template) - props - 2])
+            forged += struct.pack(">H", props + extra) + template[len(template) - props :] + b"x" * extra
+            struct.pack_into(">i", forged, 0, len(forged))
+            struct.pack_into(">q", forged, 28, target)
+            victim_body = b"\0" * (target - body_start) + bytes(forged[: len(forged) - tail])
+            r = store.put("Victim", victim_body, queue_id=1)
+            assert r.wrote_offset == end and end + r.wrote_bytes == target + len(forged)  # the forgery is exact
+            forged_at.append(target)
+    return forged_at
+
+
+def test_forged_records_at_split_boundaries_never_become_rows(tmp_path: Path) -> None:
+    """Bodies holding complete records with the right PHYSICALOFFSET, aimed at split boundaries and ending where
+    the next real record starts, are read as the bodies they are, at every split size."""
+    config = rmq.StoreConfig(mapped_file_size_commit_log=1 << 20)
+    store_dir = tmp_path / "forged"
+    with rmq.MessageStore(store_dir, config) as store:
+        for i in range(50):
+            store.put("Honest", b"h" * (i * 7), queue_id=0)
+    forged = forge(store_dir, config, 1024, 20) + forge(store_dir, config, 64 << 10, 3)
+    seg = store_dir / "commitlog" / f"{0:020d}"
+    data = seg.read_bytes()
+    for f in forged:  # each forgery is a record naming its own offset, as the old resynchronisation accepted
+        size, magic = struct.unpack_from(">iI", data, f)
+        assert magic == 0xDAA320A7 and struct.unpack_from(">q", data, f + 28)[0] == f
+        assert struct.unpack_from(">q", data, f + size + 28)[0] == f + size or f + size == len(data.rstrip(b"\0"))
+    want = [r["commitlog_offset"] for r in scan_rows(store_dir, config)]
+    assert len(want) == 50 + 23
+    for split_size in (*SPLIT_SIZES, 512, 333):
+        assert offsets_read(store_dir, split_size) == want, split_size
+    topics = {r["topic"] for r in read_all(store_dir, 1024)}
+    assert topics == {"Honest", "Victim"}
 
 
 def test_filters_and_column_subsets(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
@@ -328,8 +484,21 @@ def test_dataframe_of_the_rocketmq_store(spark: SparkSession, fixture_rows: list
 
 
 def test_pushed_filters_give_what_spark_would(spark: SparkSession, matrix_store: Path) -> None:
-    df = rs.read(spark, matrix_store, splitSize=30_000)
-    plain = rs.read(spark, matrix_store, splitSize=30_000, pushdown="false")
+    """Opt-in pushdown (`pushdown=true` and Spark's setting) converts each filter exactly; every query below
+    pushes a filter, so none inherits another's reader (see the sequences test for why that matters)."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        check_pushed_filters(spark, matrix_store)
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def check_pushed_filters(spark: SparkSession, matrix_store: Path) -> None:
+    df = rs.read(spark, matrix_store, splitSize=30_000, pushdown="true")
+    plain = rs.read(spark, matrix_store, splitSize=30_000)
     t = sorted(r[0] for r in df.select("store_timestamp").collect())[100]
     queries = [
         (F.col("topic") == "TopicB"),
@@ -343,7 +512,7 @@ def test_pushed_filters_give_what_spark_would(spark: SparkSession, matrix_store:
         (F.col("topic") == "TopicA") & (F.col("topic") == "TopicB"),
     ]
     for q in queries:
-        pushed = df.where(q)
+        pushed = rs.read(spark, matrix_store, splitSize=30_000, pushdown="true").where(q)
         assert spark_rows(pushed) == spark_rows(plain.where(q)), str(q)
 
     def plan(frame: Any) -> str:
@@ -416,7 +585,7 @@ def test_udfs_over_binary_columns(spark: SparkSession, matrix_store: Path, matri
 def test_everything_shipped_to_executors_pickles(matrix_store: Path) -> None:
     from pyspark import cloudpickle  # what Spark ships closures and partitions with
 
-    source = rs.RocketMQDataSource({"path": str(matrix_store)})
+    source = rs.RocketMQDataSource({"path": str(matrix_store), "pushdown": "true"})
     reader = source.reader(rs.SCHEMA)
     list(reader.pushFilters([rs.EqualTo(("topic",), "TopicA")]))
     for obj in [source, reader, *reader.partitions()]:
