@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import pickle
 import shutil
@@ -522,6 +523,177 @@ def check_pushed_filters(spark: SparkSession, matrix_store: Path) -> None:
     reader = rs.RocketMQPushdownReader({"path": str(matrix_store)}, rs.SCHEMA)
     left = list(reader.pushFilters([rs.EqualTo(("topic",), "A"), rs.EqualTo(("queue_id",), 1)]))
     assert left == [rs.EqualTo(("queue_id",), 1)] and reader.topics == ["A"]
+
+
+@pytest.fixture(scope="module")
+def three_topics(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 messages, 100 in each of TopicA, TopicB and TopicC, interleaved."""
+    root = tmp_path_factory.mktemp("three") / "store"
+    with rmq.MessageStore(root) as store:
+        for i in range(300):
+            store.put(f"Topic{'ABC'[i % 3]}", b"m%d" % i, queue_id=i % 4)
+    return root
+
+
+def sequences(spark: SparkSession, load: Any) -> dict[str, Any]:
+    """The issue's query sequences; `load()` gives the DataFrame each step runs on (the same one or a fresh one)."""
+    a, b, c = (F.col("topic") == t for t in ("TopicA", "TopicB", "TopicC"))
+    future = F.col("store_timestamp") > F.lit(dt.datetime(2030, 1, 1))
+    out: dict[str, Any] = {}
+    df = load()
+    out["filter, then unfiltered count"] = (df.count(), df.where(a).count(), load().count())
+    df = load()
+    df.where(a).count()
+    out["groupBy after a filtered query"] = sorted(tuple(r) for r in load().groupBy("topic").count().collect())
+    df = load()
+    df.where(a).count()
+    df.createOrReplaceTempView("msgs")
+    out["temp view"] = (spark.sql("select count(*) from msgs").first()[0], load().where(b).count())
+    df = load()
+    out["two filters, then all"] = (df.where(a).count(), load().where(b).count(), load().count())
+    df = load()
+    out["time filter, then topic filter"] = (df.where(future).count(), load().where(c).count(), load().count())
+    return out
+
+
+EXPECTED_SEQUENCES = {
+    "filter, then unfiltered count": (300, 100, 300),
+    "groupBy after a filtered query": [("TopicA", 100), ("TopicB", 100), ("TopicC", 100)],
+    "temp view": (300, 100),
+    "two filters, then all": (100, 100, 300),
+    "time filter, then topic filter": (0, 100, 300),
+}
+
+
+@pytest.mark.parametrize("pushdown_conf", ["false", "true"])
+def test_query_sequences_return_what_is_on_disk(spark: SparkSession, three_topics: Path, pushdown_conf: str) -> None:
+    """Every sequence of queries gives what Spark gives with pushdown off, on the same DataFrame and on fresh
+    ones, whether or not the session has Python filter pushdown on."""
+    spark.conf.set(PUSHDOWN_CONF, pushdown_conf)
+    try:
+        same = spark.read.format("rocketmq").load(str(three_topics))
+        assert sequences(spark, lambda: same) == EXPECTED_SEQUENCES
+        assert sequences(spark, lambda: spark.read.format("rocketmq").load(str(three_topics))) == EXPECTED_SEQUENCES
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+
+
+def toy_source() -> type:
+    """Ten rows, k = 'a' in six of them; `pushFilters` honours EqualTo on k. Defined in a function so that
+    cloudpickle ships it by value to Spark's Python workers."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo
+
+    class ToyReader(DataSourceReader):
+        def __init__(self) -> None:
+            self.k: str | None = None
+
+        def pushFilters(self, filters: list[Any]) -> Iterator[Any]:  # noqa: N802
+            for f in filters:
+                if isinstance(f, EqualTo) and f.attribute == ("k",):
+                    self.k = f.value
+                else:
+                    yield f
+
+        def read(self, partition: Any) -> Iterator[tuple[str, int]]:
+            for i in range(10):
+                k = "a" if i < 6 else "b"
+                if self.k is None or k == self.k:
+                    yield (k, i)
+
+    class Toy(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rmq_toy"
+
+        def schema(self) -> str:
+            return "k string, v int"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return ToyReader()
+
+    return Toy
+
+
+def test_upstream_pushdown_leak_guard(spark: SparkSession) -> None:
+    """PySpark 4.1-4.3 keep the read function planned with a query's pushed filters on the relation's
+    PythonDataSourceV2 (`setReadInfo`) and reuse it for later scans that push nothing. This guard shows the
+    upstream behaviour with a ten-line source; when it fails, upstream changed: revisit the `pushdown` default
+    in rmq.spark (RocketMQDataSource) and the README."""
+    spark.dataSource.register(toy_source())
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        df = spark.read.format("rmq_toy").load()
+        counts = [df.count(), df.where("k = 'a'").count(), df.count()]
+        fresh = spark.read.format("rmq_toy").load().count()
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+    counts.append(df.count())  # the leaked reader stays with the DataFrame, pushdown off or not
+    assert counts == [10, 6, 6, 6], f"PySpark {pyspark.__version__} no longer leaks pushed filters: {counts}"
+    assert fresh == 10
+
+
+def test_filter_options_belong_to_the_dataframe(spark: SparkSession, three_topics: Path) -> None:
+    """`topics` and the store-time options filter in the reader, and every query on that DataFrame sees them."""
+    rows = [r for r in scan_rows(three_topics)]
+    times = sorted(r["store_timestamp"] for r in rows)
+    lo, hi = times[50], times[250]
+    df = rs.read(
+        spark, three_topics, topics="TopicA, TopicC", storeTimestampFrom=lo.isoformat(),
+        storeTimestampTo=int((hi - EPOCH) / dt.timedelta(milliseconds=1)),
+    )  # fmt: skip
+    want = [r for r in rows if r["topic"] in ("TopicA", "TopicC") and lo <= r["store_timestamp"] < hi]
+    assert 0 < len(want) < 200
+    assert df.count() == len(want) and df.where(F.col("topic") == "TopicA").count() > 0
+    assert spark_rows(df) == sorted(want, key=lambda r: r["commitlog_offset"]) and df.count() == len(want)
+    for bad in ({"mode": "LENIENT"}, {"storeTimestampFrom": "yesterday"}, {"splitSize": "0"}, {"pushdown": "yes"}):
+        with pytest.raises(Exception, match="InvalidConfigError"):
+            rs.read(spark, three_topics, **bad).count()
+
+
+def test_damage_through_spark_fails_or_is_left_out_and_recorded(
+    spark: SparkSession, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Spark's options for bad input: FAILFAST (the default) fails naming file and offset; PERMISSIVE,
+    DROPMALFORMED, ignoreCorruptFiles and badRecordsPath leave the damage out, at every split size, and
+    badRecordsPath records where."""
+    copy = tmp_path / "damaged"
+    shutil.copytree(matrix_store, copy)
+    middle = [r for r in matrix_rows if 65536 <= r["commitlog_offset"] < 2 * 65536]
+    victim = middle[len(middle) // 2]["commitlog_offset"]
+    seg = copy / "commitlog" / f"{65536:020d}"
+    data = bytearray(seg.read_bytes())
+    data[victim - 65536 + 4 : victim - 65536 + 8] = b"\0\0\0\0"
+    seg.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=f"CorruptionError.*{seg}.*offset {victim}"):
+        rs.read(spark, copy).count()
+    kept = [r["commitlog_offset"] for r in matrix_rows if not victim <= r["commitlog_offset"] < 2 * 65536]
+    for options in (
+        {"mode": "PERMISSIVE"}, {"mode": "dropmalformed"}, {"ignoreCorruptFiles": "true"},
+        {"badRecordsPath": str(tmp_path / "bad")},
+    ):  # fmt: skip
+        for split in (1024, 1 << 30):
+            df = rs.read(spark, copy, splitSize=split, **options)
+            assert sorted(r[0] for r in df.select("commitlog_offset").collect()) == kept, (options, split)
+    record = json.loads((tmp_path / "bad" / "bad_records" / f"{victim:020d}.json").read_text())
+    assert record["path"] == str(seg) and record["offset"] == victim and record["length"] == 2 * 65536 - victim
+    assert "bad magic" in record["reason"]
+
+
+def test_session_never_overrides_the_launchers_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master `session()` sets: the argument; else none when spark-submit (a gateway JVM, or --master in
+    PYSPARK_SUBMIT_ARGS) or a running context decided it; else $SPARK_MASTER; else local[*]."""
+    for var in ("PYSPARK_GATEWAY_PORT", "PYSPARK_SUBMIT_ARGS", "SPARK_MASTER"):
+        monkeypatch.delenv(var, raising=False)
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    assert not rs._launcher_master()
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master spark://h:7077 pyspark-shell")
+    assert rs._launcher_master()
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    assert not rs._launcher_master()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert rs._launcher_master()
 
 
 def test_timestamp_literals_convert_exactly_across_a_dst_change(monkeypatch: pytest.MonkeyPatch) -> None:
