@@ -873,6 +873,33 @@ def test_pipeline_on_a_standalone_cluster(
     assert len(result["executors"]) == 2, result["executors"]
 
 
+SUBMITTED = """
+import json, sys
+import rmq.spark
+spark = rmq.spark.session()
+n = spark.read.format("rocketmq").option("splitSize", 4096).load(sys.argv[1]).count()
+print(json.dumps({"master": spark.sparkContext.master, "rows": n, "executors": rmq.spark.executor_ids(spark)}))
+spark.stop()
+"""
+
+
+def test_spark_submit_master_is_kept(cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path) -> None:
+    """`spark-submit --master spark://...` a script that calls `rmq.spark.session()` with no master (and a
+    different $SPARK_MASTER): the job runs on the cluster's two workers."""
+    script = tmp_path / "job.py"
+    script.write_text(SUBMITTED)
+    submit = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[1]"}
+    proc = subprocess.run(
+        [submit, "--master", cluster, "--conf", "spark.ui.enabled=false", str(script), str(matrix_store)],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["master"] == cluster and result["rows"] == len(matrix_rows)
+    assert len(result["executors"]) == 2, result
+
+
 def test_demo_ends_with_the_spark_job(tmp_path: Path) -> None:
     """The README's main job: `rmq demo` writes, reads, consumes, then runs the Spark job over its store."""
     proc = subprocess.run(
