@@ -59,7 +59,8 @@ fn columnar(c: &mut Criterion) {
     let older = tempfile::tempdir().unwrap();
     let mut bytes = std::fs::read(&seg).unwrap();
     let left = (bytes.len() as u64 - end) as i32;
-    bytes[end as usize..end as usize + 8].copy_from_slice(&[left.to_be_bytes(), 0xCBD4_3194_u32.to_be_bytes()].concat());
+    bytes[end as usize..end as usize + 8]
+        .copy_from_slice(&[left.to_be_bytes(), 0xCBD4_3194_u32.to_be_bytes()].concat());
     let first = i32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
     let mut newer = bytes[..first].to_vec();
     newer[28..36].copy_from_slice(&(bytes.len() as i64).to_be_bytes());

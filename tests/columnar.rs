@@ -115,8 +115,7 @@ fn segments_end_at_the_blank_or_the_data() {
         let (i, last) = offsets
             .iter()
             .enumerate()
-            .filter(|(_, o)| **o / SEG == *base as u64 / SEG)
-            .last()
+            .rfind(|(_, o)| **o / SEG == *base as u64 / SEG)
             .expect("a record in every segment");
         assert_eq!(*base as u64 + end, last + raws[i].len() as u64);
     }
@@ -195,8 +194,7 @@ fn damage_inside_the_data_is_an_error_or_skipped_with_the_rest_of_its_segment() 
         let plans = columnar::plan_commitlog(&commitlog, split, true).expect("skip");
         let damage = plans[0].damage.as_ref().expect("reported");
         assert_eq!((damage.offset, damage.length), (offsets[1] as i64, SEG - second as u64));
-        let want: Vec<i64> =
-            offsets.iter().filter(|o| **o == offsets[0] || **o >= SEG).map(|o| *o as i64).collect();
+        let want: Vec<i64> = offsets.iter().filter(|o| **o == offsets[0] || **o >= SEG).map(|o| *o as i64).collect();
         assert_eq!(read_planned(&commitlog, split, true).expect("read"), want);
     }
 }

@@ -883,7 +883,9 @@ spark.stop()
 """
 
 
-def test_spark_submit_master_is_kept(cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path) -> None:
+def test_spark_submit_master_is_kept(
+    cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
     """`spark-submit --master spark://...` a script that calls `rmq.spark.session()` with no master (and a
     different $SPARK_MASTER): the job runs on the cluster's two workers."""
     script = tmp_path / "job.py"

@@ -63,7 +63,8 @@ impl Window {
         let want_end = pos.saturating_add(len as u64).min(self.file_len);
         let have_end = self.at + self.buf.len() as u64;
         if pos < self.at || want_end > have_end {
-            let read_len = (want_end.saturating_sub(pos)).max(CHUNK as u64).min(self.file_len.saturating_sub(pos)) as usize;
+            let read_len =
+                (want_end.saturating_sub(pos)).max(CHUNK as u64).min(self.file_len.saturating_sub(pos)) as usize;
             if pos >= self.at && pos < have_end {
                 // Keep the overlap, read only what follows it.
                 self.buf.drain(..(pos - self.at) as usize);
@@ -126,10 +127,8 @@ fn step(w: &mut Window, base: i64, at: u64, full: bool) -> Result<Step> {
         Ok(n) if n >= HOP_LEN as u64 && n <= left => n,
         _ => return Ok(Step::Broken(format!("TOTALSIZE {total} does not fit the {left} bytes left in the segment"))),
     };
-    let stored = head
-        .get(pos::PHYSICAL_OFFSET..HOP_LEN)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(i64::from_be_bytes);
+    let stored =
+        head.get(pos::PHYSICAL_OFFSET..HOP_LEN).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes);
     let here = base + at as i64;
     match stored {
         Some(s) if s == here => {}
@@ -300,7 +299,10 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
                         (true, None) => None, // the end of the data: zeros, or a torn write
                         (true, Some(found)) => Some(ChainEnd::Broken {
                             at,
-                            reason: format!("{reason}; yet a valid record follows at commitlog offset {}", base + found as i64),
+                            reason: format!(
+                                "{reason}; yet a valid record follows at commitlog offset {}",
+                                base + found as i64
+                            ),
                         }),
                         (false, _) => Some(ChainEnd::Broken { at, reason }),
                     }
@@ -380,7 +382,11 @@ impl SplitReader {
                     }
                 }
                 RecordCheck::Invalid { reason, .. } if self.skip_damage => {
-                    self.skipped.push(Skipped { offset: self.base + at as i64, length: size, reason: reason.to_string() });
+                    self.skipped.push(Skipped {
+                        offset: self.base + at as i64,
+                        length: size,
+                        reason: reason.to_string(),
+                    });
                 }
                 RecordCheck::Invalid { reason, .. } => return Err(self.damage(at, reason.to_string())),
                 _ => return Err(self.damage(at, "not a whole record".into())),
