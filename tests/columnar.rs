@@ -200,7 +200,7 @@ fn damage_inside_the_data_is_an_error_or_skipped_with_the_rest_of_its_segment() 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
     fn any_split_size_loses_and_duplicates_nothing(split in 1u64..2 * SEG) {
         let dir = tempfile::tempdir().expect("tmp");
@@ -223,7 +223,10 @@ proptest! {
         }
         let _ = columnar::decode_records([Some(bytes.as_slice())], ALL_COLUMNS, false);
     }
+}
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn flipped_bytes_never_panic(flips in proptest::collection::vec((0usize..SEG as usize, any::<u8>()), 1..8),
                                  split in 1u64..SEG, seg in 0usize..4) {
