@@ -431,7 +431,7 @@ def test_filters_and_column_subsets(matrix_store: Path, matrix_rows: list[dict[s
     got = read_all(matrix_store, 5000, schema=arrow.arrow_schema(cols))
     assert got == [{c: r[c] for c in cols} for r in matrix_rows]
     with pytest.raises(ValueError, match="unknown column"):
-        rmq._native.SplitReader("x", 0, 0, 1, 1, columns=["nope"])
+        rmq._native.SplitReader("x", 0, 0, 1, columns=["nope"])
 
 
 def test_decode_records_from_a_binary_column(matrix_rows: list[dict[str, Any]], matrix_store: Path) -> None:
