@@ -1,6 +1,6 @@
 //! Criterion benchmark for the Spark source's decoder (`src/columnar.rs`): reading a 100k-message segment into
-//! Arrow-ready columns, every column and a single one, and the record-boundary search a mid-segment split
-//! starts with. Rows per second are Criterion's element throughput.
+//! Arrow-ready columns, every column and a single one, and the planner's walk of the record chain (header hops
+//! for a full segment, full validation for the newest one). Rows per second are Criterion's element throughput.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -30,8 +30,9 @@ fn columnar(c: &mut Criterion) {
         store.put_batch("Bench", 0, &items, 0, host, None, 0, true).unwrap();
     }
     store.close().unwrap();
-    let seg = tmp.path().join("commitlog").join("00000000000000000000");
-    let end = columnar::segment_data_end(&seg, 0).unwrap();
+    let dir = tmp.path().join("commitlog");
+    let seg = dir.join("00000000000000000000");
+    let end = columnar::plan_commitlog(&dir, 1 << 30, false).unwrap()[0].data_end;
     let mut g = c.benchmark_group("columnar");
     g.sample_size(10);
     g.throughput(Throughput::Elements(MESSAGES));
@@ -39,7 +40,7 @@ fn columnar(c: &mut Criterion) {
     for (name, mask) in [("all_columns", ALL_COLUMNS), ("one_column", one)] {
         g.bench_function(name, |b| {
             b.iter(|| {
-                let mut r = columnar::SplitReader::open(&seg, 0, 0, end, end, mask, RecordFilter::default()).unwrap();
+                let mut r = columnar::SplitReader::open(&seg, 0, 0, end, mask, RecordFilter::default(), false).unwrap();
                 let mut rows = 0;
                 while let Some(batch) = r.next_batch(8192, 64 << 20).unwrap() {
                     rows += batch.rows;
@@ -49,13 +50,26 @@ fn columnar(c: &mut Criterion) {
             })
         });
     }
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("find_boundary", |b| {
-        let mut from = 1u64;
-        b.iter(|| {
-            from = (from * 7919 + 13) % (end - 1000);
-            black_box(columnar::find_boundary(&seg, 0, from, end).unwrap())
-        })
+    // The newest segment is validated in full (as recovery does); a copy followed by a newer segment is an older
+    // one, walked by its headers.
+    g.bench_function("plan_newest_segment", |b| {
+        b.iter(|| black_box(columnar::plan_commitlog(&dir, 64 << 20, false).unwrap()))
+    });
+    // The same segment as an older one: ended by its blank filler, followed by a newer segment with one record.
+    let older = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let left = (bytes.len() as u64 - end) as i32;
+    bytes[end as usize..end as usize + 8]
+        .copy_from_slice(&[left.to_be_bytes(), 0xCBD4_3194_u32.to_be_bytes()].concat());
+    let first = i32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let mut newer = bytes[..first].to_vec();
+    newer[28..36].copy_from_slice(&(bytes.len() as i64).to_be_bytes());
+    newer.resize(64 << 10, 0);
+    std::fs::write(older.path().join("00000000000000000000"), &bytes).unwrap();
+    std::fs::write(older.path().join(format!("{:020}", bytes.len())), &newer).unwrap();
+    drop(bytes);
+    g.bench_function("plan_older_segment", |b| {
+        b.iter(|| black_box(columnar::plan_commitlog(older.path(), 64 << 20, false).unwrap()))
     });
     g.finish();
 }

@@ -70,7 +70,7 @@ def build_store() -> None:
     for s in rs.plan_splits(STORE, 1 << 40):
         pos = [0]
         sizes = []
-        for batch_ in arrow.read_split(s.path, s.base, 0, s.limit, s.limit, schema=arrow.arrow_schema(["store_size"])):
+        for batch_ in arrow.read_split(s.path, s.base, s.start, s.end, schema=arrow.arrow_schema(["store_size"])):
             sizes.extend(batch_.column(0).to_pylist())
         for n in sizes:
             pos.append(pos[-1] + n)
@@ -274,7 +274,7 @@ def test_d_floor_count(benchmark: Any, spark: SparkSession) -> None:
     rows = [MESSAGES * (s.end - s.start) // total_bytes for s in splits]
     rows[-1] += MESSAGES - sum(rows)
     first = splits[0]
-    batch = next(arrow.read_split(first.path, first.base, 0, first.limit, first.limit, schema=arrow.arrow_schema()))
+    batch = next(arrow.read_split(first.path, first.base, first.start, first.end, schema=arrow.arrow_schema()))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)

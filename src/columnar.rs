@@ -1,33 +1,21 @@
 //! Commitlog records as columns, for Arrow (the Spark data source and the Spark UDFs).
 //!
 //! Two ways in:
-//! - [`SplitReader`] reads the records that *start* inside a byte range `[start, end)` of one segment file, so a
-//!   segment cut into several splits is read by several tasks with nothing lost or read twice. A split that
-//!   starts mid-segment finds its first record with [`find_boundary`].
+//! - [`split`]: the planner ([`plan_commitlog`]) walks each segment's record chain once and cuts it into splits
+//!   that start at proven record starts; a [`SplitReader`] reads the records of one split, so a segment cut
+//!   into several splits is read by several tasks with nothing lost, read twice or invented.
 //! - [`ColumnBatch::push_record`] decodes records handed over one by one (a binary column of a DataFrame).
-//!
-//! Files are read with positioned reads into a window, not mapped: a split reader may run against a store a
-//! broker is still writing, and a read never faults.
-//!
-//! Record boundaries. A record stores its own commitlog offset (PHYSICALOFFSET). A position `p` in the segment
-//! starting at offset `base` is taken as a record start only if the bytes there parse as a record whose sizes
-//! add up (`calMsgLength`) *and* whose PHYSICALOFFSET is `base + p`, and the record after it does the same (or
-//! is the end-of-file blank, or the end of the data). Bytes inside a body would have to contain a well-formed
-//! record naming the very offset they were written at, followed by another: a message cannot know its offset
-//! before it is stored, so no body can. The body CRC is deliberately not required, so that a record with a
-//! damaged body is still found (and reported with `body_crc_ok = false`), exactly as the record walk reads it.
 
-use std::fs::File;
 use std::net::SocketAddr;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
 use crate::java::{decode_utf8_lossy, split_java};
-use crate::message::decode::{check_record, parse_header, CheckOptions, RecordCheck, RecordHeader};
+use crate::message::decode::{parse_header, RecordHeader};
 use crate::message::ids::write_offset_msg_id;
 use crate::message::properties::{self, keys};
 use crate::message::{crc32, TransactionType};
+
+pub mod split;
+pub use split::{plan_commitlog, SegmentPlan, Skipped, SplitReader};
 
 /// The columns, in schema order. The names are the DataFrame's column names.
 pub const COLUMNS: [&str; 21] = [
@@ -422,235 +410,6 @@ impl RecordFilter {
                 ts.iter().any(|t| *t == topic)
             }
         }
-    }
-}
-
-/// A growable read window over one file (positioned reads; nothing mapped).
-struct Window {
-    file: File,
-    path: PathBuf,
-    file_len: u64,
-    buf: Vec<u8>,
-    /// File position of `buf[0]`.
-    at: u64,
-}
-
-const CHUNK: usize = 8 << 20;
-/// Bytes examined per step of the boundary search (a boundary is normally found within one record).
-const SCAN_CHUNK: usize = 64 << 10;
-
-impl Window {
-    fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        Ok(Window { file, path: path.to_owned(), file_len, buf: Vec::new(), at: 0 })
-    }
-
-    /// The bytes from `pos` to at least `pos + len` (fewer at the end of the file), reading as needed.
-    fn get(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
-        let want_end = pos.saturating_add(len as u64).min(self.file_len);
-        let have_end = self.at + self.buf.len() as u64;
-        if pos < self.at || want_end > have_end {
-            let read_len = (want_end - pos).max(CHUNK as u64).min(self.file_len.saturating_sub(pos)) as usize;
-            if pos >= self.at && pos < have_end {
-                // Keep the overlap, read only what follows it.
-                self.buf.drain(..(pos - self.at) as usize);
-            } else {
-                self.buf.clear();
-            }
-            self.at = pos;
-            let from = self.buf.len();
-            self.buf.resize(read_len, 0);
-            let mut done = from;
-            while done < read_len {
-                match self.file.read_at(&mut self.buf[done..], pos + done as u64) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::io(&self.path, e)),
-                }
-            }
-            self.buf.truncate(done);
-        }
-        let start = (pos - self.at) as usize;
-        Ok(&self.buf[start.min(self.buf.len())..])
-    }
-}
-
-/// What is at `pos` of a segment starting at offset `base`, read through `w`, looking at most `limit` bytes.
-enum At {
-    Record(RecordHeader, usize),
-    Blank,
-    /// No record: the end of the written data, or damage.
-    Nothing,
-}
-
-fn read_at(w: &mut Window, base: i64, pos: u64, limit: u64) -> Result<At> {
-    if pos + 8 > limit {
-        return Ok(At::Nothing);
-    }
-    let head = w.get(pos, 8)?;
-    let Some(total) = head.get(..4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
-        return Ok(At::Nothing);
-    };
-    let size = u64::try_from(total).unwrap_or(0).min(limit - pos) as usize;
-    let bytes = w.get(pos, size.max(8))?;
-    let bytes = &bytes[..bytes.len().min((limit - pos) as usize)];
-    Ok(match check_record(bytes, CheckOptions::default()) {
-        RecordCheck::Message(h) if h.physical_offset == base + pos as i64 => {
-            let n = h.total_size as usize;
-            At::Record(h, n)
-        }
-        RecordCheck::Blank { .. } => At::Blank,
-        _ => At::Nothing,
-    })
-}
-
-/// The first record start at or after `from` in the segment starting at offset `base`, looking below `limit`
-/// (the end of the segment's data). See the module docs for why the test is sound.
-pub fn find_boundary(path: &Path, base: i64, from: u64, limit: u64) -> Result<Option<u64>> {
-    let mut w = Window::open(path)?;
-    find_in(&mut w, base, from, limit)
-}
-
-fn find_in(w: &mut Window, base: i64, from: u64, limit: u64) -> Result<Option<u64>> {
-    let (v1, v2) = (crate::message::MAGIC_V1.to_be_bytes(), crate::message::MAGIC_V2.to_be_bytes());
-    let mut p = from;
-    while p + 8 <= limit {
-        // Scan a chunk for the magic code (4 bytes after a record start), then test each candidate fully.
-        let chunk = {
-            let c = w.get(p, SCAN_CHUNK)?;
-            c[..c.len().min(SCAN_CHUNK)].to_vec()
-        };
-        let n = chunk.len().min((limit - p) as usize);
-        if n < 8 {
-            break;
-        }
-        let mut i = 0;
-        while i + 8 <= n {
-            let m = &chunk[i + 4..i + 8];
-            if m == v1 || m == v2 {
-                let cand = p + i as u64;
-                if let At::Record(_, size) = read_at(w, base, cand, limit)? {
-                    match read_at(w, base, cand + size as u64, limit)? {
-                        At::Record(..) | At::Blank => return Ok(Some(cand)),
-                        At::Nothing => {
-                            // The data may end right after this record: nothing more than zeros follow.
-                            let next = cand + size as u64;
-                            if next + 8 > limit || w.get(next, 8)?.iter().take(8).all(|b| *b == 0) {
-                                return Ok(Some(cand));
-                            }
-                        }
-                    }
-                }
-            }
-            i += 1;
-        }
-        // Continue with an overlap of 7 bytes so no candidate straddling the chunk end is missed.
-        p += (n - 7) as u64;
-    }
-    Ok(None)
-}
-
-/// Where the written data of a segment ends: the walk from its start stops at the blank filler (the segment is
-/// full: its length is returned) or at the first position holding no record (the end of the data, as recovery
-/// finds it).
-pub fn segment_data_end(path: &Path, base: i64) -> Result<u64> {
-    let mut w = Window::open(path)?;
-    let len = w.file_len;
-    let mut pos = 0u64;
-    loop {
-        match read_at(&mut w, base, pos, len)? {
-            At::Record(_, size) => pos += size as u64,
-            At::Blank => return Ok(len),
-            At::Nothing => return Ok(pos),
-        }
-    }
-}
-
-/// Reads the records that start in `[start, end)` of one segment, in batches.
-pub struct SplitReader {
-    w: Window,
-    base: i64,
-    pos: u64,
-    end: u64,
-    limit: u64,
-    mask: ColumnMask,
-    filter: RecordFilter,
-    done: bool,
-}
-
-impl SplitReader {
-    /// `path` is a segment whose first byte is commitlog offset `base`; `limit` is where its data ends
-    /// ([`segment_data_end`], or the file length for a full segment).
-    pub fn open(
-        path: &Path,
-        base: i64,
-        start: u64,
-        end: u64,
-        limit: u64,
-        mask: ColumnMask,
-        filter: RecordFilter,
-    ) -> Result<Self> {
-        let mut w = Window::open(path)?;
-        let limit = limit.min(w.file_len);
-        let end = end.min(limit);
-        let (pos, done) = if start == 0 {
-            (0, start >= end)
-        } else if start >= end {
-            (start, true)
-        } else {
-            match find_in(&mut w, base, start, limit)? {
-                Some(p) => (p, p >= end),
-                None => (start, true),
-            }
-        };
-        Ok(SplitReader { w, base, pos, end, limit, mask, filter, done })
-    }
-
-    /// The next batch of at most `max_rows` rows and about `max_bytes` of data, or `None` at the end of the split.
-    pub fn next_batch(&mut self, max_rows: usize, max_bytes: usize) -> Result<Option<ColumnBatch>> {
-        let mut batch = ColumnBatch::new(self.mask);
-        while !self.done && batch.rows < max_rows.max(1) && batch.data_bytes() < max_bytes {
-            if self.pos >= self.end {
-                self.done = true;
-                break;
-            }
-            let pos = self.pos;
-            match read_at(&mut self.w, self.base, pos, self.limit)? {
-                At::Record(h, size) => {
-                    // `read_at` parsed the whole record from this window: the bytes are there.
-                    let Some(record) = self.w.get(pos, size)?.get(..size) else {
-                        return Err(self.damage(pos));
-                    };
-                    if self.filter.keeps(record, &h) {
-                        batch.push_record(record, &h);
-                    }
-                    self.pos += size as u64;
-                }
-                At::Blank => self.done = true,
-                At::Nothing => {
-                    return Err(self.damage(pos));
-                }
-            }
-        }
-        if batch.rows == 0 && self.done {
-            return Ok(None);
-        }
-        Ok(Some(batch))
-    }
-
-    fn damage(&mut self, pos: u64) -> Error {
-        let bytes = self.w.get(pos, 64 << 10).map(<[u8]>::to_vec).unwrap_or_default();
-        let reason = match parse_header(&bytes) {
-            Ok(h) => format!(
-                "the record there names commitlog offset {} instead of its own; split reading needs records at \
-                 their own offsets (read this store with a split size of at least the segment size)",
-                h.physical_offset
-            ),
-            Err(e) => format!("no record inside the written data: {e}"),
-        };
-        Error::Corruption { path: self.w.path.clone(), offset: self.base + pos as i64, reason }
     }
 }
 

@@ -1,5 +1,6 @@
-//! Split reading (`src/columnar.rs`): record boundaries found from any byte, splits that lose and duplicate
-//! nothing, the end of the data, and decoding of records handed over one by one.
+//! Split planning and reading (`src/columnar/split.rs`): splits start at the first record of the chain at or
+//! after every cut, lose and duplicate nothing at any split size, end where the data ends; damage is an error
+//! or skipped with the rest of its segment, the same at every split size; decoding of records one by one.
 
 mod common;
 
@@ -40,18 +41,10 @@ fn trap_store(dir: &Path) -> (Vec<u64>, Vec<Vec<u8>>) {
     (offsets, raws)
 }
 
+/// (segment path, base, data end) of each segment, as the planner proves them.
 fn segments(dir: &Path) -> Vec<(PathBuf, i64, u64)> {
-    let mut out: Vec<(PathBuf, i64, u64)> = std::fs::read_dir(dir.join("commitlog"))
-        .expect("dir")
-        .map(|e| e.expect("entry").path())
-        .map(|p| {
-            let base: i64 = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()).expect("name");
-            let end = columnar::segment_data_end(&p, base).expect("end");
-            (p, base, end)
-        })
-        .collect();
-    out.sort_by_key(|s| s.1);
-    out
+    let plans = columnar::plan_commitlog(&dir.join("commitlog"), SEG, false).expect("plan");
+    plans.into_iter().map(|p| (p.path, p.base, p.data_end)).collect()
 }
 
 fn offsets_of(batch: &ColumnBatch) -> Vec<i64> {
@@ -61,37 +54,53 @@ fn offsets_of(batch: &ColumnBatch) -> Vec<i64> {
     }
 }
 
-fn read_cuts(path: &Path, base: i64, cuts: &[u64], limit: u64) -> Vec<i64> {
+/// The commitlog offsets read by every split of `split_size`, split by split; every record lies in its split.
+fn read_planned(commitlog: &Path, split_size: u64, skip_damage: bool) -> Result<Vec<i64>, rmq::error::Error> {
     let mask = columnar::mask_of(&["commitlog_offset"]).expect("mask");
     let mut got = Vec::new();
-    for w in cuts.windows(2) {
-        let mut r = columnar::SplitReader::open(path, base, w[0], w[1], limit, mask, RecordFilter::default())
-            .expect("open split");
-        while let Some(b) = r.next_batch(7, 1 << 20).expect("batch") {
-            got.extend(offsets_of(&b));
+    for plan in columnar::plan_commitlog(commitlog, split_size, skip_damage)? {
+        let ends: Vec<u64> = plan.starts.iter().skip(1).copied().chain([plan.data_end]).collect();
+        for (start, end) in plan.starts.iter().zip(ends) {
+            let mut r = columnar::SplitReader::open(
+                &plan.path,
+                plan.base,
+                *start,
+                end,
+                mask,
+                RecordFilter::default(),
+                skip_damage,
+            )?;
+            while let Some(b) = r.next_batch(7, 1 << 20)? {
+                for off in offsets_of(&b) {
+                    let at = (off - plan.base) as u64;
+                    assert!(at >= *start && at < end, "record {off} outside its split {start}..{end}");
+                    got.push(off);
+                }
+            }
         }
     }
-    got
+    Ok(got)
 }
 
 #[test]
-fn every_record_start_is_found_from_every_byte_before_it() {
+fn splits_start_at_the_first_record_of_the_chain_at_or_after_every_cut() {
     let dir = tempfile::tempdir().expect("tmp");
     let (offsets, _) = trap_store(dir.path());
-    for (path, base, limit) in segments(dir.path()) {
-        let starts: Vec<u64> = offsets
-            .iter()
-            .filter(|o| (**o as i64) >= base && (**o as i64) < base + SEG as i64)
-            .map(|o| *o - base as u64)
-            .collect();
-        let mut next = 0;
-        for from in 0..limit {
-            while next < starts.len() && starts[next] < from {
-                next += 1;
+    let commitlog = dir.path().join("commitlog");
+    let want: Vec<i64> = offsets.iter().map(|o| *o as i64).collect();
+    for split in [1u64, 13, 100, 512, 4096, SEG - 1, SEG, 1 << 30] {
+        let mut expected = Vec::new();
+        for (i, o) in offsets.iter().enumerate() {
+            let (seg, at) = (o / SEG, o % SEG);
+            let first_in_seg = i == 0 || offsets[i - 1] / SEG != seg;
+            if first_in_seg || at / split > (offsets[i - 1] % SEG) / split {
+                expected.push(*o as i64);
             }
-            let want = starts.get(next).copied();
-            assert_eq!(columnar::find_boundary(&path, base, from, limit).expect("find"), want, "from {from} in {base}");
         }
+        let plans = columnar::plan_commitlog(&commitlog, split, false).expect("plan");
+        let got: Vec<i64> = plans.iter().flat_map(|p| p.starts.iter().map(|s| p.base + *s as i64)).collect();
+        assert_eq!(got, expected, "split size {split}");
+        assert_eq!(read_planned(&commitlog, split, false).expect("read"), want, "split size {split}");
     }
 }
 
@@ -101,12 +110,15 @@ fn segments_end_at_the_blank_or_the_data() {
     let (offsets, raws) = trap_store(dir.path());
     let segs = segments(dir.path());
     assert!(segs.len() >= 4);
-    for (_, _, end) in &segs[..segs.len() - 1] {
-        assert_eq!(*end, SEG); // full, ended by the blank filler
+    for (_, base, end) in &segs {
+        // The end of each segment's last record: the blank filler's position, or the end of the data.
+        let (i, last) = offsets
+            .iter()
+            .enumerate()
+            .rfind(|(_, o)| **o / SEG == *base as u64 / SEG)
+            .expect("a record in every segment");
+        assert_eq!(*base as u64 + end, last + raws[i].len() as u64);
     }
-    let (_, last_base, last_end) = segs.last().expect("last");
-    let last = offsets.last().expect("offset");
-    assert_eq!(*last_base as u64 + last_end, last + raws.last().expect("raw").len() as u64);
 }
 
 #[test]
@@ -114,8 +126,8 @@ fn whole_segments_read_every_record_with_its_fields() {
     let dir = tempfile::tempdir().expect("tmp");
     let (offsets, raws) = trap_store(dir.path());
     let mut got = Vec::new();
-    for (path, base, limit) in segments(dir.path()) {
-        let mut r = columnar::SplitReader::open(&path, base, 0, SEG, limit, ALL_COLUMNS, RecordFilter::default())
+    for (path, base, end) in segments(dir.path()) {
+        let mut r = columnar::SplitReader::open(&path, base, 0, end, ALL_COLUMNS, RecordFilter::default(), false)
             .expect("split");
         while let Some(b) = r.next_batch(1000, 1 << 30).expect("batch") {
             got.push(b);
@@ -152,9 +164,9 @@ fn filters_keep_only_matching_records() {
     let (offsets, raws) = trap_store(dir.path());
     let filter = RecordFilter { topics: Some(vec!["T1".into()]), ..RecordFilter::default() };
     let mut got = Vec::new();
-    for (path, base, limit) in segments(dir.path()) {
+    for (path, base, end) in segments(dir.path()) {
         let mut r =
-            columnar::SplitReader::open(&path, base, 0, SEG, limit, ALL_COLUMNS, filter.clone()).expect("split");
+            columnar::SplitReader::open(&path, base, 0, end, ALL_COLUMNS, filter.clone(), false).expect("split");
         while let Some(b) = r.next_batch(1000, 1 << 30).expect("batch") {
             got.extend(offsets_of(&b));
         }
@@ -164,90 +176,73 @@ fn filters_keep_only_matching_records() {
 }
 
 #[test]
-fn damage_inside_the_data_is_an_error() {
+fn damage_inside_the_data_is_an_error_or_skipped_with_the_rest_of_its_segment() {
     let dir = tempfile::tempdir().expect("tmp");
     let (offsets, _) = trap_store(dir.path());
-    let (path, base, limit) = segments(dir.path()).remove(0);
+    let commitlog = dir.path().join("commitlog");
+    let (path, base, _) = segments(dir.path()).remove(0);
     let mut bytes = std::fs::read(&path).expect("read");
     let second = (offsets[1] as i64 - base) as usize;
     bytes[second + 4..second + 8].copy_from_slice(&[0, 0, 0, 0]);
     std::fs::write(&path, &bytes).expect("write");
-    let mut r =
-        columnar::SplitReader::open(&path, base, 0, SEG, limit, ALL_COLUMNS, RecordFilter::default()).expect("split");
-    let mut err = None;
-    loop {
-        match r.next_batch(1, 1 << 30) {
-            Ok(Some(_)) => {}
-            Ok(None) => break,
-            Err(e) => {
-                err = Some(e);
-                break;
-            }
-        }
+    for split in [1u64, 100, SEG] {
+        let err = columnar::plan_commitlog(&commitlog, split, false).expect_err("damage");
+        assert!(
+            matches!(&err, rmq::error::Error::Corruption { offset, path: p, .. } if *offset == offsets[1] as i64 && *p == path),
+            "{err}"
+        );
+        let plans = columnar::plan_commitlog(&commitlog, split, true).expect("skip");
+        let damage = plans[0].damage.as_ref().expect("reported");
+        assert_eq!((damage.offset, damage.length), (offsets[1] as i64, SEG - second as u64));
+        let want: Vec<i64> = offsets.iter().filter(|o| **o == offsets[0] || **o >= SEG).map(|o| *o as i64).collect();
+        assert_eq!(read_planned(&commitlog, split, true).expect("read"), want);
     }
-    let err = err.expect("a corruption error");
-    assert!(matches!(err, rmq::error::Error::Corruption { offset, .. } if offset == offsets[1] as i64), "{err}");
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
-    fn any_cuts_lose_and_duplicate_nothing(seed_cuts in proptest::collection::vec(0u64..SEG, 0..30), seg in 0usize..4) {
+    fn any_split_size_loses_and_duplicates_nothing(split in 1u64..2 * SEG) {
         let dir = tempfile::tempdir().expect("tmp");
-        trap_store(dir.path());
-        let segs = segments(dir.path());
-        let (path, base, limit) = &segs[seg.min(segs.len() - 1)];
-        let mut cuts: Vec<u64> = seed_cuts.into_iter().filter(|c| c < limit).collect();
-        cuts.extend([0, *limit]);
-        cuts.sort_unstable();
-        cuts.dedup();
-        prop_assert_eq!(read_cuts(path, *base, &cuts, *limit), read_cuts(path, *base, &[0, *limit], *limit));
+        let (offsets, _) = trap_store(dir.path());
+        let want: Vec<i64> = offsets.iter().map(|o| *o as i64).collect();
+        prop_assert_eq!(read_planned(&dir.path().join("commitlog"), split, false).expect("read"), want);
     }
-}
-
-/// Segments of arbitrary bytes, and valid segments with bytes flipped: every reader call returns records or an
-/// error, never panics, and never returns a record that is not at its own offset.
-fn read_everything(path: &Path, base: i64, cuts: &[u64], limit: u64) -> Result<usize, rmq::error::Error> {
-    let mut rows = 0;
-    for w in cuts.windows(2) {
-        let mut r = columnar::SplitReader::open(path, base, w[0], w[1], limit, ALL_COLUMNS, RecordFilter::default())?;
-        while let Some(b) = r.next_batch(5, 1 << 20)? {
-            for off in offsets_of(&b) {
-                assert!(off >= base + w[0] as i64 && off < base + w[1] as i64, "record {off} outside its split");
-            }
-            rows += b.rows;
-        }
-    }
-    Ok(rows)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Segments of arbitrary bytes, and valid segments with bytes flipped: planning and reading return records or
+    /// an error, never panic, and never return a record outside its split (`read_planned` checks).
     #[test]
-    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..3000), cut in 0u64..3000) {
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..3000), split in 1u64..4000) {
         let dir = tempfile::tempdir().expect("tmp");
-        let path = dir.path().join("00000000000000000000");
-        std::fs::write(&path, &bytes).expect("write");
-        let len = bytes.len() as u64;
-        let end = columnar::segment_data_end(&path, 0).expect("end");
-        prop_assert!(end <= len);
-        let _ = columnar::find_boundary(&path, 0, cut.min(len), len);
-        let _ = read_everything(&path, 0, &[0, cut.min(len), len], len);
+        std::fs::write(dir.path().join("00000000000000000000"), &bytes).expect("write");
+        for skip in [false, true] {
+            let _ = read_planned(dir.path(), split, skip);
+        }
         let _ = columnar::decode_records([Some(bytes.as_slice())], ALL_COLUMNS, false);
     }
+}
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn flipped_bytes_never_panic(flips in proptest::collection::vec((0usize..SEG as usize, any::<u8>()), 1..8),
-                                 cut in 0u64..SEG) {
+                                 split in 1u64..SEG, seg in 0usize..4) {
         let dir = tempfile::tempdir().expect("tmp");
         trap_store(dir.path());
-        let (path, base, _) = segments(dir.path()).remove(1);
+        let (path, _, _) = segments(dir.path()).remove(seg);
         let mut bytes = std::fs::read(&path).expect("read");
         for (at, v) in flips {
             bytes[at] ^= v | 1;
         }
         std::fs::write(&path, &bytes).expect("write");
-        let limit = columnar::segment_data_end(&path, base).expect("end");
-        let _ = read_everything(&path, base, &[0, cut.min(limit), limit], limit);
+        let commitlog = dir.path().join("commitlog");
+        let strict = read_planned(&commitlog, split, false).map_err(|e| e.to_string());
+        let lenient = read_planned(&commitlog, split, true).expect("skipping damage never fails");
+        // The same rows, or the same error, at any split size: compare with one split per segment.
+        prop_assert_eq!(strict, read_planned(&commitlog, SEG, false).map_err(|e| e.to_string()));
+        prop_assert_eq!(lenient, read_planned(&commitlog, SEG, true).expect("whole segments"));
     }
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import pickle
 import shutil
@@ -105,7 +106,7 @@ def scan_rows(store_dir: Path, config: rmq.StoreConfig | None = None) -> list[di
 def read_all(store_dir: Path, split_size: int, **kw: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for s in rs.plan_splits(store_dir, split_size):
-        for b in arrow.read_split(s.path, s.base, s.start, s.end, s.limit, **kw):
+        for b in arrow.read_split(s.path, s.base, s.start, s.end, **kw):
             rows.extend(b.to_pylist())
     return [normalise(r) for r in rows]
 
@@ -179,53 +180,50 @@ def test_rocketmq_written_store_reads_exactly_rmqs_scan(fixture_rows: list[dict[
         assert read_all(FIXTURE, split_size) == fixture_rows
 
 
-def read_cut(path: Path, base: int, cuts: list[int], limit: int) -> list[int]:
-    """commitlog offsets read by the splits between consecutive `cuts` of one segment."""
+def offsets_read(store_dir: Path, split_size: int) -> list[int]:
+    """commitlog offsets read by all the splits of `split_size`."""
     got = []
-    for a, b in zip(cuts, cuts[1:], strict=False):
-        for batch in arrow.read_split(str(path), base, a, b, limit, schema=arrow.arrow_schema(["commitlog_offset"])):
+    for s in rs.plan_splits(store_dir, split_size):
+        for batch in arrow.read_split(s.path, s.base, s.start, s.end, schema=arrow.arrow_schema(["commitlog_offset"])):
             got.extend(batch.column(0).to_pylist())
     return got
 
 
-def test_awkward_cut_points_lose_and_duplicate_nothing(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
-    splits = {s.base: s for s in rs.plan_splits(matrix_store, 1 << 30)}
-    by_segment: dict[int, list[int]] = {}
-    for r in matrix_rows:
-        base = r["commitlog_offset"] - r["commitlog_offset"] % 65536
-        by_segment.setdefault(base, []).append(r["commitlog_offset"] - base)
-    for base, positions in by_segment.items():
-        s = splits[base]
-        data = Path(s.path).read_bytes()
-        want = [base + p for p in positions]
-        blank_at = positions[-1] + struct.unpack_from(">i", data, positions[-1])[0]
-        magic_in_body = [i for i in range(len(data) - 4) if data[i : i + 4] == b"\xda\xa3\x20\xa7"]
-        cut_sets = [
-            [0] + [p + 1 for p in positions] + [s.limit],  # one byte after every record start
-            [0] + [p - 1 for p in positions[1:]] + [s.limit],  # one byte before every start
-            [0, blank_at, s.limit],  # at the blank filler
-            [0, blank_at + 3, s.limit],  # inside the blank filler
-            sorted({0, s.limit, *[i for i in magic_in_body if i > 0][:50]}),  # on magic codes inside bodies
-            sorted({0, s.limit, *[i - 4 for i in magic_in_body if i > 4][:50]}),  # where such a record would start
-        ]
-        for cuts in cut_sets:
-            assert read_cut(Path(s.path), base, cuts, s.limit) == want, (base, cuts[:5])
+def test_split_starts_are_record_starts_of_the_chain(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
+    """Every split starts at a record of the real log, the first one at or after its byte range; awkward sizes
+    (one byte, a prime, around a record's size) lose and duplicate nothing."""
+    want = [r["commitlog_offset"] for r in matrix_rows]
+    segment = 65536
+    for split_size in (1, 7, 97, 250, 251, 4096, 65535, 65536, 65537):
+        # The first record at or after each multiple of the split size, per segment: record p starts a split when
+        # a multiple lies in (previous record, p].
+        expected = []
+        for i, o in enumerate(want):
+            prev = want[i - 1] if i else -1
+            if prev < o - o % segment or (o % segment) // split_size > (prev % segment) // split_size:
+                expected.append(o)
+        assert [s.base + s.start for s in rs.plan_splits(matrix_store, split_size)] == expected, split_size
+        assert offsets_read(matrix_store, split_size) == want, split_size
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_any_cut_points_lose_and_duplicate_nothing(matrix_store: Path, data: st.DataObject) -> None:
-    splits = rs.plan_splits(matrix_store, 1 << 30)
-    s = data.draw(st.sampled_from(splits))
-    cuts = sorted(set(data.draw(st.lists(st.integers(0, s.limit), max_size=40))) | {0, s.limit})
-    whole = read_cut(Path(s.path), s.base, [0, s.limit], s.limit)
-    assert read_cut(Path(s.path), s.base, cuts, s.limit) == whole
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(split_size=st.integers(1, 70_000))
+def test_any_split_size_loses_and_duplicates_nothing(
+    matrix_store: Path, matrix_rows: list[dict[str, Any]], split_size: int
+) -> None:
+    assert offsets_read(matrix_store, split_size) == [r["commitlog_offset"] for r in matrix_rows]
 
 
 def test_trap_bodies_with_records_inside_are_read_as_bodies(matrix_store: Path) -> None:
     rows = read_all(matrix_store, 50)
     traps = [r for r in rows if r["topic"] == "Trap"]
     assert len(traps) == 30 and len({r["commitlog_offset"] for r in rows}) == len(rows)
+
+
+def data_end(store_dir: Path, base: int) -> int:
+    """Where the planner says the data of segment `base` ends."""
+    plans = rmq._native.plan_commitlog(str(store_dir / "commitlog"), 1 << 30)
+    return next(p[3] for p in plans if p[1] == base)
 
 
 def test_torn_tail_and_zero_segments_end_the_data(matrix_store: Path, tmp_path: Path) -> None:
@@ -239,30 +237,189 @@ def test_torn_tail_and_zero_segments_end_the_data(matrix_store: Path, tmp_path: 
     segs = sorted((copy / "commitlog").iterdir())
     last = segs[-1]
     base = int(last.name)
-    end = arrow_end = rmq._native.segment_data_end(str(last), base)
+    end = arrow_end = data_end(copy, base)
     data = bytearray(last.read_bytes())
     # A torn record: header of a big record, nothing after it.
     data[end : end + 8] = struct.pack(">iI", 5000, 0xDAA320A7)
     last.write_bytes(bytes(data))
     (copy / "commitlog" / f"{base + 65536:020d}").write_bytes(bytes(65536))
     (copy / "abort").write_bytes(b"")  # as a crash leaves it: only then is a torn record possible
-    assert rmq._native.segment_data_end(str(last), base) == arrow_end
+    assert data_end(copy, base) == arrow_end
     for split in (1 << 30, 1000):
         assert read_all(copy, split) == expected
     with rmq.MessageStore(copy, CONFIG) as store:  # recovery agrees
         assert store.max_offset == base + end
 
 
-def test_damage_inside_the_data_is_an_error_not_a_silent_gap(matrix_store: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "damaged"
+SPLIT_SIZES = (1 << 10, 4 << 10, 64 << 10, 1 << 20, 64 << 20, 1 << 30)
+
+
+def outcome(store_dir: Path, split_size: int, *, skip: bool = False) -> tuple[Any, ...]:
+    """What reading the whole store gives: its rows (commitlog offset, body CRC ok) and, when damage is skipped,
+    what was left out; or the error, by type, file and offset."""
+    try:
+        splits, damage = rs.plan(store_dir, split_size, skip_damage=skip)
+        rows: list[tuple[int, bool]] = []
+        left_out = [(d.path, d.offset, d.length) for d in damage]
+        for s in splits:
+            skipped: list[tuple[int, int, str]] | None = [] if skip else None
+            schema = arrow.arrow_schema(["commitlog_offset", "body_crc_ok"])
+            for b in arrow.read_split(s.path, s.base, s.start, s.end, schema=schema, skipped=skipped):
+                rows.extend(zip(b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True))
+            left_out.extend((s.path, o, n) for o, n, _ in skipped or [])
+        return ("rows", tuple(rows), tuple(sorted(left_out)))
+    except rmq.CorruptionError as e:
+        return ("error", e.path, e.offset)
+
+
+def damage_targets(store_dir: Path, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Commitlog offsets to damage: the first, second and middle records of a 4 KiB split of the first segment,
+    the first and a middle record of the last segment, and the first segment's blank filler."""
+    seg = 65536
+    first_seg = [r for r in rows if r["commitlog_offset"] < seg]
+    starts = [s.base + s.start for s in rs.plan_splits(store_dir, 4096) if s.base == 0]
+    split_start = starts[2]
+    in_split = [r["commitlog_offset"] for r in first_seg if split_start <= r["commitlog_offset"] < starts[3]]
+    assert len(in_split) >= 3
+    last_base = rows[-1]["commitlog_offset"] // seg * seg
+    last_seg = [r["commitlog_offset"] for r in rows if r["commitlog_offset"] >= last_base]
+    assert len(last_seg) >= 3
+    blank = first_seg[-1]["commitlog_offset"] + first_seg[-1]["store_size"]
+    return {
+        "first of a split": in_split[0],
+        "second of a split": in_split[1],
+        "middle of a split": in_split[len(in_split) // 2],
+        "first of the last segment": last_seg[0],
+        "middle of the last segment": last_seg[len(last_seg) // 2],
+        "blank filler": blank,
+    }
+
+
+# Field -> (position in the record, bytes written there given the old bytes).
+FIELDS: dict[str, tuple[int, Any]] = {
+    "length": (0, lambda old: struct.pack(">i", struct.unpack(">i", old)[0] + 24)),
+    "magic": (4, lambda old: b"\0\0\0\0"),
+    "crc": (8, lambda old: bytes([old[0] ^ 0x01, *old[1:]])),
+    "offset": (32, lambda old: bytes([*old[:3], old[3] ^ 0x10])),  # the low half of PHYSICALOFFSET
+}
+
+
+def test_damage_matrix_gives_the_same_rows_or_error_at_every_split_size(
+    matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Length, magic, CRC and offset fields of records at awkward places, damaged one at a time: at every split
+    size from 1 KiB to 1 GiB the reader gives the same rows, or the same CorruptionError naming the damaged
+    file and an offset in it; skipping damage gives the same rows and the same record of what was left out."""
+    targets = damage_targets(matrix_store, matrix_rows)
+    all_offsets = [(r["commitlog_offset"], r["body_crc_ok"]) for r in matrix_rows]
+    seen = set()
+    for where, offset in targets.items():
+        for field, (at, change) in FIELDS.items():
+            if where == "blank filler" and field in ("crc", "offset"):
+                continue  # a blank has only TOTALSIZE and MAGICCODE
+            copy = tmp_path / f"{where}-{field}".replace(" ", "_")
+            shutil.copytree(matrix_store, copy)
+            seg = copy / "commitlog" / f"{offset // 65536 * 65536:020d}"
+            data = bytearray(seg.read_bytes())
+            pos = offset % 65536 + at
+            data[pos : pos + 4] = change(bytes(data[pos : pos + 4]))
+            seg.write_bytes(bytes(data))
+            strict = {outcome(copy, size) for size in SPLIT_SIZES}
+            assert len(strict) == 1, (where, field, strict)
+            got = strict.pop()
+            seen.add(got[0])
+            if got[0] == "error":
+                assert got[1] == str(seg) and int(seg.name) <= got[2] < int(seg.name) + 65536, (where, field, got)
+            elif field == "crc":  # an older segment's record with a damaged body is read, flagged
+                assert got[1] == tuple((o, ok and o != offset) for o, ok in all_offsets), (where, field)
+            else:
+                assert got[1] == tuple(all_offsets), (where, field)  # a blank's length is not used
+            lenient = {outcome(copy, size, skip=True) for size in SPLIT_SIZES}
+            assert len(lenient) == 1, (where, field, lenient)
+            rows, left_out = lenient.pop()[1:]
+            if got[0] == "error":  # what is left out is exactly the damaged region, and it is recorded
+                assert left_out and all(p == str(seg) for p, _, _ in left_out), (where, field)
+                kept = {o for o, _ in rows}
+                lost = [o for o, _ in all_offsets if o not in kept]
+                assert all(any(d <= o < d + n for _, d, n in left_out) for o in lost), (where, field)
+                assert lost or where == "blank filler", (where, field)
+            else:
+                assert (rows, left_out) == (got[1], ()), (where, field)
+            shutil.rmtree(copy)
+    assert seen == {"rows", "error"}
+
+
+def test_a_record_whose_fields_do_not_add_up_is_reported_by_its_reader(matrix_store: Path, tmp_path: Path) -> None:
+    """Header in the chain, body length wrong: the task reading it fails naming it, or skips exactly it."""
+    copy = tmp_path / "bodylen"
     shutil.copytree(matrix_store, copy)
-    first = sorted((copy / "commitlog").iterdir())[0]
-    data = bytearray(first.read_bytes())
+    seg = sorted((copy / "commitlog").iterdir())[0]
+    data = bytearray(seg.read_bytes())
     size = struct.unpack_from(">i", data, 0)[0]
-    data[size + 4 : size + 8] = b"\0\0\0\0"  # the second record's magic
-    first.write_bytes(bytes(data))
-    with pytest.raises(rmq.CorruptionError, match="no record"):
-        read_all(copy, 1 << 30)
+    second = size
+    body_len_at = second + 84  # v1, IPv4 hosts: BODYLENGTH follows RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET
+    data[body_len_at : body_len_at + 4] = struct.pack(">i", struct.unpack_from(">i", data, body_len_at)[0] + 1)
+    seg.write_bytes(bytes(data))
+    for size_ in SPLIT_SIZES:
+        assert outcome(copy, size_)[:3] == ("error", str(seg), second)
+        rows, left_out = outcome(copy, size_, skip=True)[1:]
+        assert left_out == ((str(seg), second, struct.unpack_from(">i", data, second)[0]),)
+        assert second not in {o for o, _ in rows}
+
+
+def forge(victim_store: Path, config: rmq.StoreConfig, split: int, count: int) -> list[int]:
+    """Puts `count` messages whose bodies end with a complete record (topic "Forged", body CRC right) that names
+    the offset it lands at, a multiple of `split`, and ends exactly where the next real record starts.
+    Returns the forged offsets."""
+    probe_dir = victim_store.parent / (victim_store.name + "-probe")
+    with rmq.MessageStore(probe_dir, config) as probe:
+        template = bytes(probe.read_raw(probe.put("Forged", b"phantom row", queue_id=0, keys="evil").wrote_offset))
+        body = b"\xab" * 300
+        raw = bytes(probe.read_raw(probe.put("Victim", body, queue_id=1).wrote_offset))
+    shutil.rmtree(probe_dir)
+    body_pos = raw.index(body)
+    tail = len(raw) - body_pos - len(body)  # topic and properties after the body: same length every time
+    # The template's properties length field: the k with 2 bytes = k before the last k bytes.
+    props = next(k for k in range(len(template)) if struct.unpack(">H", template[-k - 2 : len(template) - k])[0] == k)
+    forged_at = []
+    with rmq.MessageStore(victim_store, config) as store:
+        for _ in range(count):
+            end = store.max_offset
+            body_start = end + body_pos
+            target = -(-(body_start + 16) // split) * split  # the next split boundary inside the body
+            extra = tail + 40  # the forged record's properties swallow the real record's tail
+            forged = bytearray(template[: len(template) - props - 2])
+            forged += struct.pack(">H", props + extra) + template[len(template) - props :] + b"x" * extra
+            struct.pack_into(">i", forged, 0, len(forged))
+            struct.pack_into(">q", forged, 28, target)
+            victim_body = b"\0" * (target - body_start) + bytes(forged[: len(forged) - tail])
+            r = store.put("Victim", victim_body, queue_id=1)
+            assert r.wrote_offset == end and end + r.wrote_bytes == target + len(forged)  # the forgery is exact
+            forged_at.append(target)
+    return forged_at
+
+
+def test_forged_records_at_split_boundaries_never_become_rows(tmp_path: Path) -> None:
+    """Bodies holding complete records with the right PHYSICALOFFSET, aimed at split boundaries and ending where
+    the next real record starts, are read as the bodies they are, at every split size."""
+    config = rmq.StoreConfig(mapped_file_size_commit_log=1 << 20)
+    store_dir = tmp_path / "forged"
+    with rmq.MessageStore(store_dir, config) as store:
+        for i in range(50):
+            store.put("Honest", b"h" * (i * 7), queue_id=0)
+    forged = forge(store_dir, config, 1024, 20) + forge(store_dir, config, 64 << 10, 3)
+    seg = store_dir / "commitlog" / f"{0:020d}"
+    data = seg.read_bytes()
+    for f in forged:  # each forgery is a record naming its own offset, as the old resynchronisation accepted
+        size, magic = struct.unpack_from(">iI", data, f)
+        assert magic == 0xDAA320A7 and struct.unpack_from(">q", data, f + 28)[0] == f
+        assert struct.unpack_from(">q", data, f + size + 28)[0] == f + size or f + size == len(data.rstrip(b"\0"))
+    want = [r["commitlog_offset"] for r in scan_rows(store_dir, config)]
+    assert len(want) == 50 + 23
+    for split_size in (*SPLIT_SIZES, 512, 333):
+        assert offsets_read(store_dir, split_size) == want, split_size
+    topics = {r["topic"] for r in read_all(store_dir, 1024)}
+    assert topics == {"Honest", "Victim"}
 
 
 def test_filters_and_column_subsets(matrix_store: Path, matrix_rows: list[dict[str, Any]]) -> None:
@@ -275,7 +432,7 @@ def test_filters_and_column_subsets(matrix_store: Path, matrix_rows: list[dict[s
     got = read_all(matrix_store, 5000, schema=arrow.arrow_schema(cols))
     assert got == [{c: r[c] for c in cols} for r in matrix_rows]
     with pytest.raises(ValueError, match="unknown column"):
-        rmq._native.SplitReader("x", 0, 0, 1, 1, columns=["nope"])
+        rmq._native.SplitReader("x", 0, 0, 1, columns=["nope"])
 
 
 def test_decode_records_from_a_binary_column(matrix_rows: list[dict[str, Any]], matrix_store: Path) -> None:
@@ -329,8 +486,21 @@ def test_dataframe_of_the_rocketmq_store(spark: SparkSession, fixture_rows: list
 
 
 def test_pushed_filters_give_what_spark_would(spark: SparkSession, matrix_store: Path) -> None:
-    df = rs.read(spark, matrix_store, splitSize=30_000)
-    plain = rs.read(spark, matrix_store, splitSize=30_000, pushdown="false")
+    """Opt-in pushdown (`pushdown=true` and Spark's setting) converts each filter exactly; every query below
+    pushes a filter, so none inherits another's reader (see the sequences test for why that matters)."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        check_pushed_filters(spark, matrix_store)
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def check_pushed_filters(spark: SparkSession, matrix_store: Path) -> None:
+    df = rs.read(spark, matrix_store, splitSize=30_000, pushdown="true")
+    plain = rs.read(spark, matrix_store, splitSize=30_000)
     t = sorted(r[0] for r in df.select("store_timestamp").collect())[100]
     queries = [
         (F.col("topic") == "TopicB"),
@@ -344,7 +514,7 @@ def test_pushed_filters_give_what_spark_would(spark: SparkSession, matrix_store:
         (F.col("topic") == "TopicA") & (F.col("topic") == "TopicB"),
     ]
     for q in queries:
-        pushed = df.where(q)
+        pushed = rs.read(spark, matrix_store, splitSize=30_000, pushdown="true").where(q)
         assert spark_rows(pushed) == spark_rows(plain.where(q)), str(q)
 
     def plan(frame: Any) -> str:
@@ -354,6 +524,177 @@ def test_pushed_filters_give_what_spark_would(spark: SparkSession, matrix_store:
     reader = rs.RocketMQPushdownReader({"path": str(matrix_store)}, rs.SCHEMA)
     left = list(reader.pushFilters([rs.EqualTo(("topic",), "A"), rs.EqualTo(("queue_id",), 1)]))
     assert left == [rs.EqualTo(("queue_id",), 1)] and reader.topics == ["A"]
+
+
+@pytest.fixture(scope="module")
+def three_topics(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 messages, 100 in each of TopicA, TopicB and TopicC, interleaved."""
+    root = tmp_path_factory.mktemp("three") / "store"
+    with rmq.MessageStore(root) as store:
+        for i in range(300):
+            store.put(f"Topic{'ABC'[i % 3]}", b"m%d" % i, queue_id=i % 4)
+    return root
+
+
+def sequences(spark: SparkSession, load: Any) -> dict[str, Any]:
+    """The issue's query sequences; `load()` gives the DataFrame each step runs on (the same one or a fresh one)."""
+    a, b, c = (F.col("topic") == t for t in ("TopicA", "TopicB", "TopicC"))
+    future = F.col("store_timestamp") > F.lit(dt.datetime(2030, 1, 1))
+    out: dict[str, Any] = {}
+    df = load()
+    out["filter, then unfiltered count"] = (df.count(), df.where(a).count(), load().count())
+    df = load()
+    df.where(a).count()
+    out["groupBy after a filtered query"] = sorted(tuple(r) for r in load().groupBy("topic").count().collect())
+    df = load()
+    df.where(a).count()
+    df.createOrReplaceTempView("msgs")
+    out["temp view"] = (spark.sql("select count(*) from msgs").first()[0], load().where(b).count())
+    df = load()
+    out["two filters, then all"] = (df.where(a).count(), load().where(b).count(), load().count())
+    df = load()
+    out["time filter, then topic filter"] = (df.where(future).count(), load().where(c).count(), load().count())
+    return out
+
+
+EXPECTED_SEQUENCES = {
+    "filter, then unfiltered count": (300, 100, 300),
+    "groupBy after a filtered query": [("TopicA", 100), ("TopicB", 100), ("TopicC", 100)],
+    "temp view": (300, 100),
+    "two filters, then all": (100, 100, 300),
+    "time filter, then topic filter": (0, 100, 300),
+}
+
+
+@pytest.mark.parametrize("pushdown_conf", ["false", "true"])
+def test_query_sequences_return_what_is_on_disk(spark: SparkSession, three_topics: Path, pushdown_conf: str) -> None:
+    """Every sequence of queries gives what Spark gives with pushdown off, on the same DataFrame and on fresh
+    ones, whether or not the session has Python filter pushdown on."""
+    spark.conf.set(PUSHDOWN_CONF, pushdown_conf)
+    try:
+        same = spark.read.format("rocketmq").load(str(three_topics))
+        assert sequences(spark, lambda: same) == EXPECTED_SEQUENCES
+        assert sequences(spark, lambda: spark.read.format("rocketmq").load(str(three_topics))) == EXPECTED_SEQUENCES
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+
+
+def toy_source() -> type:
+    """Ten rows, k = 'a' in six of them; `pushFilters` honours EqualTo on k. Defined in a function so that
+    cloudpickle ships it by value to Spark's Python workers."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo
+
+    class ToyReader(DataSourceReader):
+        def __init__(self) -> None:
+            self.k: str | None = None
+
+        def pushFilters(self, filters: list[Any]) -> Iterator[Any]:  # noqa: N802
+            for f in filters:
+                if isinstance(f, EqualTo) and f.attribute == ("k",):
+                    self.k = f.value
+                else:
+                    yield f
+
+        def read(self, partition: Any) -> Iterator[tuple[str, int]]:
+            for i in range(10):
+                k = "a" if i < 6 else "b"
+                if self.k is None or k == self.k:
+                    yield (k, i)
+
+    class Toy(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rmq_toy"
+
+        def schema(self) -> str:
+            return "k string, v int"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return ToyReader()
+
+    return Toy
+
+
+def test_upstream_pushdown_leak_guard(spark: SparkSession) -> None:
+    """PySpark 4.1-4.3 keep the read function planned with a query's pushed filters on the relation's
+    PythonDataSourceV2 (`setReadInfo`) and reuse it for later scans that push nothing. This guard shows the
+    upstream behaviour with a ten-line source; when it fails, upstream changed: revisit the `pushdown` default
+    in rmq.spark (RocketMQDataSource) and the README."""
+    spark.dataSource.register(toy_source())
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        df = spark.read.format("rmq_toy").load()
+        counts = [df.count(), df.where("k = 'a'").count(), df.count()]
+        fresh = spark.read.format("rmq_toy").load().count()
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+    counts.append(df.count())  # the leaked reader stays with the DataFrame, pushdown off or not
+    assert counts == [10, 6, 6, 6], f"PySpark {pyspark.__version__} no longer leaks pushed filters: {counts}"
+    assert fresh == 10
+
+
+def test_filter_options_belong_to_the_dataframe(spark: SparkSession, three_topics: Path) -> None:
+    """`topics` and the store-time options filter in the reader, and every query on that DataFrame sees them."""
+    rows = [r for r in scan_rows(three_topics)]
+    times = sorted(r["store_timestamp"] for r in rows)
+    lo, hi = times[50], times[250]
+    df = rs.read(
+        spark, three_topics, topics="TopicA, TopicC", storeTimestampFrom=lo.isoformat(),
+        storeTimestampTo=int((hi - EPOCH) / dt.timedelta(milliseconds=1)),
+    )  # fmt: skip
+    want = [r for r in rows if r["topic"] in ("TopicA", "TopicC") and lo <= r["store_timestamp"] < hi]
+    assert 0 < len(want) < 200
+    assert df.count() == len(want) and df.where(F.col("topic") == "TopicA").count() > 0
+    assert spark_rows(df) == sorted(want, key=lambda r: r["commitlog_offset"]) and df.count() == len(want)
+    for bad in ({"mode": "LENIENT"}, {"storeTimestampFrom": "yesterday"}, {"splitSize": "0"}, {"pushdown": "yes"}):
+        with pytest.raises(Exception, match="InvalidConfigError"):
+            rs.read(spark, three_topics, **bad).count()
+
+
+def test_damage_through_spark_fails_or_is_left_out_and_recorded(
+    spark: SparkSession, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Spark's options for bad input: FAILFAST (the default) fails naming file and offset; PERMISSIVE,
+    DROPMALFORMED, ignoreCorruptFiles and badRecordsPath leave the damage out, at every split size, and
+    badRecordsPath records where."""
+    copy = tmp_path / "damaged"
+    shutil.copytree(matrix_store, copy)
+    middle = [r for r in matrix_rows if 65536 <= r["commitlog_offset"] < 2 * 65536]
+    victim = middle[len(middle) // 2]["commitlog_offset"]
+    seg = copy / "commitlog" / f"{65536:020d}"
+    data = bytearray(seg.read_bytes())
+    data[victim - 65536 + 4 : victim - 65536 + 8] = b"\0\0\0\0"
+    seg.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=f"CorruptionError.*{seg}.*offset {victim}"):
+        rs.read(spark, copy).count()
+    kept = [r["commitlog_offset"] for r in matrix_rows if not victim <= r["commitlog_offset"] < 2 * 65536]
+    for options in (
+        {"mode": "PERMISSIVE"}, {"mode": "dropmalformed"}, {"ignoreCorruptFiles": "true"},
+        {"badRecordsPath": str(tmp_path / "bad")},
+    ):  # fmt: skip
+        for split in (1024, 1 << 30):
+            df = rs.read(spark, copy, splitSize=split, **options)
+            assert sorted(r[0] for r in df.select("commitlog_offset").collect()) == kept, (options, split)
+    record = json.loads((tmp_path / "bad" / "bad_records" / f"{victim:020d}.json").read_text())
+    assert record["path"] == str(seg) and record["offset"] == victim and record["length"] == 2 * 65536 - victim
+    assert "bad magic" in record["reason"]
+
+
+def test_session_never_overrides_the_launchers_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master `session()` sets: the argument; else none when spark-submit (a gateway JVM, or --master in
+    PYSPARK_SUBMIT_ARGS) or a running context decided it; else $SPARK_MASTER; else local[*]."""
+    for var in ("PYSPARK_GATEWAY_PORT", "PYSPARK_SUBMIT_ARGS", "SPARK_MASTER"):
+        monkeypatch.delenv(var, raising=False)
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    assert not rs._launcher_master()
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master spark://h:7077 pyspark-shell")
+    assert rs._launcher_master()
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    assert not rs._launcher_master()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert rs._launcher_master()
 
 
 def test_timestamp_literals_convert_exactly_across_a_dst_change(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,7 +758,7 @@ def test_udfs_over_binary_columns(spark: SparkSession, matrix_store: Path, matri
 def test_everything_shipped_to_executors_pickles(matrix_store: Path) -> None:
     from pyspark import cloudpickle  # what Spark ships closures and partitions with
 
-    source = rs.RocketMQDataSource({"path": str(matrix_store)})
+    source = rs.RocketMQDataSource({"path": str(matrix_store), "pushdown": "true"})
     reader = source.reader(rs.SCHEMA)
     list(reader.pushFilters([rs.EqualTo(("topic",), "TopicA")]))
     for obj in [source, reader, *reader.partitions()]:
@@ -531,6 +872,35 @@ def test_pipeline_on_a_standalone_cluster(
     result = json.loads((tmp_path / "result.json").read_text())
     check_pipeline(result, out, matrix_rows)
     assert len(result["executors"]) == 2, result["executors"]
+
+
+SUBMITTED = """
+import json, sys
+import rmq.spark
+spark = rmq.spark.session()
+n = spark.read.format("rocketmq").option("splitSize", 4096).load(sys.argv[1]).count()
+print(json.dumps({"master": spark.sparkContext.master, "rows": n, "executors": rmq.spark.executor_ids(spark)}))
+spark.stop()
+"""
+
+
+def test_spark_submit_master_is_kept(
+    cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """`spark-submit --master spark://...` a script that calls `rmq.spark.session()` with no master (and a
+    different $SPARK_MASTER): the job runs on the cluster's two workers."""
+    script = tmp_path / "job.py"
+    script.write_text(SUBMITTED)
+    submit = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[1]"}
+    proc = subprocess.run(
+        [submit, "--master", cluster, "--conf", "spark.ui.enabled=false", str(script), str(matrix_store)],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["master"] == cluster and result["rows"] == len(matrix_rows)
+    assert len(result["executors"]) == 2, result
 
 
 def test_demo_ends_with_the_spark_job(tmp_path: Path) -> None:

@@ -353,7 +353,8 @@ class ArrowBuffer:
 
 @final
 class SplitReader:
-    """The records that start in `[start, end)` of one commitlog segment, batch by batch."""
+    """The records of one split (`[start, end)` of one commitlog segment, `start` a record start proven by
+    `plan_commitlog`), batch by batch."""
 
     def __new__(
         cls,
@@ -361,19 +362,22 @@ class SplitReader:
         base: int,
         start: int,
         end: int,
-        limit: int,
         *,
         columns: list[str] | None = None,
         topics: list[str] | None = None,
         min_store_ms: int | None = None,
         max_store_ms: int | None = None,
+        skip_damage: bool = False,
         max_rows: int = 8192,
         max_bytes: int = ...,
     ) -> SplitReader: ...
     def __iter__(self) -> SplitReader: ...
     def __next__(self) -> _RawBatch: ...
+    def take_skipped(self) -> list[tuple[int, int, str]]: ...
 
-def segment_data_end(path: str | os.PathLike[str], base: int) -> int: ...
+def plan_commitlog(
+    dir: str | os.PathLike[str], split_size: int, *, skip_damage: bool = False
+) -> list[tuple[str, int, list[int], int, tuple[int, int, str] | None]]: ...
 def decode_records(
     offsets: Any,
     data: Any,

@@ -98,32 +98,39 @@ def read_split(
     base: int,
     start: int,
     end: int,
-    limit: int,
     *,
     schema: pa.Schema | None = None,
     topics: Sequence[str] | None = None,
     min_store_ms: int | None = None,
     max_store_ms: int | None = None,
     max_rows: int = 8192,
+    skipped: list[tuple[int, int, str]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """RecordBatches of the records that start in `[start, end)` of the segment `path` (first byte = commitlog
-    offset `base`, written data ending at `limit`), optionally only some topics and a store-time range (ms,
-    inclusive)."""
+    """RecordBatches of the records in `[start, end)` of the segment `path` (first byte = commitlog offset
+    `base`), where `start` is a split start of `_native.plan_commitlog` (a proven record start) and `end` the
+    next one or the segment's data end; optionally only some topics and a store-time range (ms, inclusive).
+
+    A record whose fields do not add up raises CorruptionError naming file and offset; when a `skipped` list is
+    given it is left out instead and `(commitlog offset, length, reason)` is appended to the list."""
     schema = schema if schema is not None else arrow_schema()
     reader = _native.SplitReader(
         path,
         base,
         start,
         end,
-        limit,
         columns=list(schema.names),
         topics=list(topics) if topics is not None else None,
         min_store_ms=min_store_ms,
         max_store_ms=max_store_ms,
+        skip_damage=skipped is not None,
         max_rows=max_rows,
     )
     for raw in reader:
+        if skipped is not None:
+            skipped.extend(reader.take_skipped())
         yield to_record_batch(raw, schema)
+    if skipped is not None:
+        skipped.extend(reader.take_skipped())
 
 
 def _binary_buffers(arr: pa.Array) -> tuple[Any, Any, Any, int, int]:

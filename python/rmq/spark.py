@@ -1,20 +1,27 @@
 """Commitlogs as Spark DataFrames: the `rocketmq` data source, Arrow UDFs, and the pipeline job.
 
-    spark = rmq.spark.session()                      # local[*], or session(master="spark://host:7077")
+    spark = rmq.spark.session()                      # local[*], the spark-submit master, or session("spark://...")
     df = spark.read.format("rocketmq").load(store)   # a store directory or its commitlog directory
 
 One row per message (see `SCHEMA`). Partitions are byte ranges of segment files (`splitSize`, default 64 MiB),
-so one 1 GiB segment feeds several tasks; each task finds its first record itself (`rmq.arrow`, Rust) and yields
-Arrow batches decoded in Rust. Filters on `topic` (=, IN) and `store_timestamp` (=, <, <=, >, >=) are pushed into
-the reader; selecting fewer columns through a user schema (`.schema("topic string, body binary")`) decodes only
-those. Executors need rmq installed in the same Python environment (see the README: ship a packed venv).
+so one 1 GiB segment feeds several tasks; the driver walks each segment's record chain once and starts every
+split at a record start of that chain (`rmq._native.plan_commitlog`), and each task yields Arrow batches decoded
+in Rust. Damage raises CorruptionError naming file and offset, or with `mode` PERMISSIVE / DROPMALFORMED,
+`ignoreCorruptFiles` or `badRecordsPath` is left out and recorded. Options `topics` and `storeTimestampFrom` /
+`storeTimestampTo` filter in the reader; Spark's own filter pushdown is opt-in (`pushdown=true`, see
+`RocketMQDataSource`). Selecting fewer columns through a user schema (`.schema("topic string, body binary")`)
+decodes only those. Executors need rmq installed in the same Python environment (see the README: ship a
+packed venv).
 
 Requires the `spark` extra (`pip install rmq[spark]`): pyspark, pyarrow, pandas.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
+import logging
 import math
 import os
 import sys
@@ -52,6 +59,10 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
+from rmq import _native
+
+_log = logging.getLogger("rmq.spark")
+
 #: The DataFrame schema, one row per message (timestamps are the record's milliseconds, as Spark timestamps).
 SCHEMA = StructType(
     [
@@ -83,9 +94,8 @@ SCHEMA_DDL = ", ".join(f"{f.name} {f.dataType.simpleString()}{'' if f.nullable e
 #: Default split size: bytes of a segment per task.
 DEFAULT_SPLIT_SIZE = 64 << 20
 
-#: Spark settings the entry points set (the reader's filter pushdown is off by default in Spark).
+#: Spark settings `session()` sets. Python filter pushdown is left as Spark has it (off): see `RocketMQDataSource`.
 SPARK_CONF = {
-    "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
@@ -103,42 +113,70 @@ def commitlog_dir(path: str | os.PathLike[str]) -> Path:
 
 @dataclass(frozen=True)
 class Split(InputPartition):
-    """Records starting in `[start, end)` of the segment `path` (first byte = commitlog offset `base`), whose
-    written data ends at `limit`."""
+    """The records in `[start, end)` of the segment `path` (first byte = commitlog offset `base`); `start` is a
+    record start the planner proved by walking the segment's record chain from its first byte."""
 
     path: str
     base: int
     start: int
     end: int
-    limit: int
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", (self.path, self.start))
 
 
-def plan_splits(path: str | os.PathLike[str], split_size: int = DEFAULT_SPLIT_SIZE) -> list[Split]:
-    """The splits of a commitlog: every segment cut into `split_size` ranges, none beyond the written data.
+@dataclass(frozen=True)
+class Damage:
+    """Bytes of a segment left out of the rows: `length` bytes from commitlog offset `offset` of file `path`."""
 
-    The written data of the newest segments is found by walking their records (an all-zero segment that a
-    crash left pre-allocated holds none); older segments are full and end with their blank filler."""
+    path: str
+    offset: int
+    length: int
+    reason: str
+
+
+def plan(
+    path: str | os.PathLike[str], split_size: int = DEFAULT_SPLIT_SIZE, *, skip_damage: bool = False
+) -> tuple[list[Split], list[Damage]]:
+    """The splits of a commitlog, and the damage left out with `skip_damage` (otherwise damage raises
+    CorruptionError naming file and offset).
+
+    Every segment's record chain is walked once from its first byte (header to header, as recovery does; the
+    newest segment validated in full up to the end of the data), and each `split_size` range of a segment
+    starts at the first record of the chain at or after it. Rows therefore never depend on the split size."""
     if split_size < 1:
-        raise ValueError(f"split size must be positive, got {split_size}")
-    from rmq import _native
+        raise _native.InvalidConfigError(f"split size must be at least 1 byte, got {split_size}")
+    splits: list[Split] = []
+    damage: list[Damage] = []
+    for seg, base, starts, data_end, bad in _native.plan_commitlog(
+        str(commitlog_dir(path)), split_size, skip_damage=skip_damage
+    ):
+        ends = [*starts[1:], data_end][: len(starts)]
+        splits.extend(Split(seg, base, s, e) for s, e in zip(starts, ends, strict=True))
+        if bad is not None:
+            damage.append(Damage(seg, *bad))
+    return splits, damage
 
-    d = commitlog_dir(path)
-    segments = sorted((int(p.name), p) for p in d.iterdir() if p.is_file() and p.name.isdigit() and len(p.name) == 20)
-    limits: dict[int, int] = {}
-    for base, p in reversed(segments):
-        end = _native.segment_data_end(str(p), base)
-        limits[base] = end
-        if end > 0:
-            break
-    splits = []
-    for base, p in segments:
-        limit = limits.get(base, p.stat().st_size)
-        for start in range(0, limit, split_size):
-            splits.append(Split(str(p), base, start, min(start + split_size, limit), limit))
-    return splits
+
+def plan_splits(path: str | os.PathLike[str], split_size: int = DEFAULT_SPLIT_SIZE) -> list[Split]:
+    """The splits of a commitlog (`plan`); damage raises CorruptionError naming file and offset."""
+    return plan(path, split_size)[0]
+
+
+def record_damage(bad_records_path: str | None, damage: Sequence[Damage]) -> None:
+    """Reports bytes left out of the rows: a warning on the `rmq.spark` logger and, with `bad_records_path`, one
+    JSON file per damaged place, `<bad_records_path>/bad_records/<commitlog offset>.json` holding `path`,
+    `offset`, `length` and `reason` (the same place for every split size, so a rerun overwrites it)."""
+    for d in damage:
+        _log.warning("skipped %d damaged bytes of %s at commitlog offset %d: %s", d.length, d.path, d.offset, d.reason)
+    if bad_records_path is None or not damage:
+        return
+    out = Path(bad_records_path) / "bad_records"
+    out.mkdir(parents=True, exist_ok=True)
+    for d in damage:
+        tmp = out / f".{d.offset:020d}.json.tmp"
+        tmp.write_text(json.dumps(dataclasses.asdict(d)) + "\n")
+        tmp.replace(out / f"{d.offset:020d}.json")
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -153,22 +191,67 @@ def _micros(value: dt.datetime) -> int:
     return int(value.replace(microsecond=0).timestamp()) * 1_000_000 + value.microsecond
 
 
+#: Values of the `mode` option (Spark's names); anything but FAILFAST leaves damage out and records it.
+MODES = ("FAILFAST", "PERMISSIVE", "DROPMALFORMED")
+
+
+def _flag(options: dict[str, str], name: str, default: bool = False) -> bool:
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise _native.InvalidConfigError(f"option {name} must be true or false, got {value!r}")
+    return value.lower() == "true"
+
+
+def _store_ms(options: dict[str, str], name: str) -> int | None:
+    """A time option as milliseconds since the epoch: an integer (ms) or an ISO-8601 time (UTC unless it says)."""
+    value = options.get(name.lower())
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise _native.InvalidConfigError(
+            f"option {name} must be milliseconds since the epoch or an ISO-8601 time, got {value!r}"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return (t - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
 class RocketMQReader(DataSourceReader):
-    """Reads splits of a commitlog into Arrow batches (see the module docs)."""
+    """Reads splits of a commitlog into Arrow batches (see the module docs and `RocketMQDataSource`)."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         from rmq import arrow
 
         options = {k.lower(): v for k, v in options.items()}  # Spark's options are case-insensitive
         if "path" not in options:
-            raise ValueError('the rocketmq source needs a path: spark.read.format("rocketmq").load(STORE_DIR)')
+            raise _native.InvalidConfigError(
+                'the rocketmq source needs a path: spark.read.format("rocketmq").load(STORE_DIR)'
+            )
         self.path = options["path"]
-        self.split_size = int(options.get("splitsize", DEFAULT_SPLIT_SIZE))
-        self.max_rows = int(options.get("maxrowsperbatch", 8192))
+        try:
+            self.split_size = int(options.get("splitsize", DEFAULT_SPLIT_SIZE))
+            self.max_rows = int(options.get("maxrowsperbatch", 8192))
+        except ValueError as e:
+            raise _native.InvalidConfigError(f"splitSize and maxRowsPerBatch must be integers: {e}") from None
+        if self.split_size < 1 or self.max_rows < 1:
+            raise _native.InvalidConfigError("splitSize and maxRowsPerBatch must be at least 1")
+        mode = options.get("mode", "FAILFAST").upper()
+        if mode not in MODES:
+            raise _native.InvalidConfigError(f"option mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.bad_records_path: str | None = options.get("badrecordspath")
+        self.skip_damage = mode != "FAILFAST" or _flag(options, "ignoreCorruptFiles") or bool(self.bad_records_path)
         known = {f.name: f for f in SCHEMA}
         for f in schema:
             if f.name not in known or f.dataType != known[f.name].dataType:
-                raise ValueError(
+                raise _native.InvalidConfigError(
                     f"column {f.name} {f.dataType.simpleString()} is not one of the rocketmq source's: {SCHEMA_DDL}"
                 )
         self.columns = [f.name for f in schema]
@@ -176,12 +259,17 @@ class RocketMQReader(DataSourceReader):
         self.arrow_schema = pa.schema(
             [f.with_nullable(s.nullable) for f, s in zip(arrow.arrow_schema(self.columns), schema, strict=True)]
         )
-        self.topics: list[str] | None = None
-        self.min_ms: int | None = None
-        self.max_ms: int | None = None
+        # Filters given as options belong to this DataFrame, so every query on it sees them (unlike pushdown).
+        topics = options.get("topics")
+        self.topics: list[str] | None = sorted({t.strip() for t in topics.split(",")}) if topics is not None else None
+        self.min_ms = _store_ms(options, "storeTimestampFrom")
+        until = _store_ms(options, "storeTimestampTo")
+        self.max_ms = None if until is None else until - 1  # exclusive bound
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan_splits(self.path, self.split_size)
+        splits, damage = plan(self.path, self.split_size, skip_damage=self.skip_damage)
+        record_damage(self.bad_records_path, damage)
+        return splits
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from rmq import arrow
@@ -189,22 +277,28 @@ class RocketMQReader(DataSourceReader):
         assert isinstance(partition, Split)
         if self.min_ms is not None and self.max_ms is not None and self.min_ms > self.max_ms:
             return
+        skipped: list[tuple[int, int, str]] | None = [] if self.skip_damage else None
         yield from arrow.read_split(
             partition.path,
             partition.base,
             partition.start,
             partition.end,
-            partition.limit,
             schema=self.arrow_schema,
             topics=self.topics,
             min_store_ms=self.min_ms,
             max_store_ms=self.max_ms,
             max_rows=self.max_rows,
+            skipped=skipped,
         )
+        if skipped:
+            record_damage(self.bad_records_path, [Damage(partition.path, *s) for s in skipped])
 
 
 class RocketMQPushdownReader(RocketMQReader):
-    """The reader with filter pushdown (needs `spark.sql.python.filterPushdown.enabled`)."""
+    """The reader with Spark's filter pushdown (option `pushdown=true` and `spark.sql.python.filterPushdown.enabled`).
+
+    Unsafe on PySpark 4.1 to 4.3: Spark keeps the pushed reader of a query and reuses it for later queries on the
+    same DataFrame that push nothing (`RocketMQDataSource` explains); use it only for DataFrames queried once."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
         for f in filters:
@@ -248,9 +342,23 @@ class RocketMQPushdownReader(RocketMQReader):
 
 
 class RocketMQDataSource(DataSource):
-    """`spark.read.format("rocketmq")`: options `path` (or `load(path)`), `splitSize` (bytes, default 64 MiB),
-    `maxRowsPerBatch` (default 8192), `pushdown` ("true" by default; "false" when the session has
-    `spark.sql.python.filterPushdown.enabled` off)."""
+    """`spark.read.format("rocketmq")`. Options (case-insensitive):
+
+    - `path` (or `load(path)`): a store directory or its commitlog directory.
+    - `splitSize` (bytes, default 64 MiB), `maxRowsPerBatch` (default 8192).
+    - `topics` (comma-separated), `storeTimestampFrom` (inclusive), `storeTimestampTo` (exclusive), as ms since
+      the epoch or ISO-8601 (UTC unless given): filters applied by the reader, part of the DataFrame itself.
+    - `mode`: FAILFAST (default: damage raises CorruptionError naming file and offset), PERMISSIVE or
+      DROPMALFORMED (damage is left out and recorded; a row cannot hold a partial record, so both drop it);
+      `ignoreCorruptFiles=true` does the same; `badRecordsPath=DIR` too, writing each damaged place to
+      `DIR/bad_records/<offset>.json`.
+    - `pushdown` ("false" by default): "true" lets Spark push `topic` (=, IN) and `store_timestamp` (=, <, <=, >,
+      >=) filters into the reader when `spark.sql.python.filterPushdown.enabled` is on. Off by default because
+      PySpark 4.1 to 4.3 store the pushed reader (its pickled read function and partitions) on the relation's
+      `PythonDataSourceV2` (`setReadInfo`) and hand it to every later scan of that DataFrame that pushes nothing:
+      `df.where("topic = 'A'").count()` followed by `df.count()` counts topic A only. With pushdown off the
+      reader keeps no per-query state, so every query returns what is on disk.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -260,9 +368,9 @@ class RocketMQDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if self.options.get("pushdown", "true").lower() == "false":
-            return RocketMQReader(dict(self.options), schema)
-        return RocketMQPushdownReader(dict(self.options), schema)
+        if _flag({k.lower(): v for k, v in self.options.items()}, "pushdown"):
+            return RocketMQPushdownReader(dict(self.options), schema)
+        return RocketMQReader(dict(self.options), schema)
 
 
 # -- UDFs ----------------------------------------------------------------------------------------------------
@@ -320,23 +428,37 @@ def udfs() -> dict[str, Any]:
 
 
 def register(spark: SparkSession) -> SparkSession:
-    """Registers the `rocketmq` source and the UDFs (for SQL too) with `spark`, and turns on filter pushdown."""
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    """Registers the `rocketmq` source and the UDFs (for SQL too) with `spark`. Changes no setting."""
     spark.dataSource.register(RocketMQDataSource)
     for name, f in udfs().items():
         spark.udf.register(name, f)
     return spark
 
 
+def _launcher_master() -> bool:
+    """Whether the master is already decided outside this process: spark-submit (or pyspark's shell) started the
+    JVM this driver talks to, `--master` is in PYSPARK_SUBMIT_ARGS, or a SparkContext is running."""
+    from pyspark import SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._active_spark_context is not None:
+        return True
+    return "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
+
+
 def session(master: str | None = None, app_name: str = "rmq", conf: dict[str, str] | None = None) -> SparkSession:
-    """A SparkSession with rmq registered: `local[*]` unless `master` (or `$SPARK_MASTER`) names a cluster.
+    """A SparkSession with rmq registered. The master is `master` when given; otherwise the one spark-submit
+    (`--master`, `spark.master`) or `$SPARK_MASTER` names, never overridden; `local[*]` when nothing names one.
 
     Executors run the driver's Python (PYSPARK_PYTHON = this interpreter) unless PYSPARK_PYTHON is set: on a
     cluster whose machines lack this environment, ship it (README: "Spark on a cluster")."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     python = os.environ["PYSPARK_PYTHON"]
-    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+    builder = SparkSession.builder.appName(app_name)
+    if master is None and not _launcher_master():
+        master = os.environ.get("SPARK_MASTER", "local[*]")
+    if master is not None:
+        builder = builder.master(master)
     settings = {**SPARK_CONF, "spark.ui.enabled": "false", "spark.pyspark.python": python, **(conf or {})}
     for k, v in settings.items():
         builder = builder.config(k, v)

@@ -112,10 +112,12 @@ fn mask(columns: Option<Vec<String>>) -> PyResult<ColumnMask> {
     }
 }
 
-/// Reads the records that start in `[start, end)` of one commitlog segment, batch by batch.
+/// Reads the records of one split (`[start, end)` of one commitlog segment, `start` a record start proven by
+/// `plan_commitlog`), batch by batch.
 #[pyclass(module = "rmq._native")]
 pub struct SplitReader {
     inner: Option<columnar::SplitReader>,
+    skipped: Vec<columnar::Skipped>,
     max_rows: usize,
     max_bytes: usize,
 }
@@ -123,8 +125,8 @@ pub struct SplitReader {
 #[pymethods]
 impl SplitReader {
     #[new]
-    #[pyo3(signature = (path, base, start, end, limit, *, columns=None, topics=None, min_store_ms=None,
-        max_store_ms=None, max_rows=8192, max_bytes=64 << 20))]
+    #[pyo3(signature = (path, base, start, end, *, columns=None, topics=None, min_store_ms=None,
+        max_store_ms=None, skip_damage=false, max_rows=8192, max_bytes=64 << 20))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -132,19 +134,20 @@ impl SplitReader {
         base: i64,
         start: u64,
         end: u64,
-        limit: u64,
         columns: Option<Vec<String>>,
         topics: Option<Vec<String>>,
         min_store_ms: Option<i64>,
         max_store_ms: Option<i64>,
+        skip_damage: bool,
         max_rows: usize,
         max_bytes: usize,
     ) -> PyResult<Self> {
         let mask = mask(columns)?;
         let filter = RecordFilter { topics, min_store_ms, max_store_ms };
-        let inner =
-            py.detach(|| columnar::SplitReader::open(&path, base, start, end, limit, mask, filter)).map_err(to_py)?;
-        Ok(SplitReader { inner: Some(inner), max_rows, max_bytes })
+        let inner = py
+            .detach(|| columnar::SplitReader::open(&path, base, start, end, mask, filter, skip_damage))
+            .map_err(to_py)?;
+        Ok(SplitReader { inner: Some(inner), skipped: Vec::new(), max_rows, max_bytes })
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -156,6 +159,7 @@ impl SplitReader {
         let Some(inner) = self.inner.as_mut() else { return Ok(None) };
         let (max_rows, max_bytes) = (self.max_rows, self.max_bytes);
         let batch = py.detach(|| inner.next_batch(max_rows, max_bytes)).map_err(to_py)?;
+        self.skipped.extend(inner.take_skipped());
         match batch {
             Some(b) => Ok(Some(to_python(py, b)?)),
             None => {
@@ -164,12 +168,33 @@ impl SplitReader {
             }
         }
     }
+
+    /// The records left out so far with `skip_damage`, as `(commitlog offset, length, reason)`; each is returned
+    /// once.
+    fn take_skipped(&mut self) -> Vec<(i64, u64, String)> {
+        std::mem::take(&mut self.skipped).into_iter().map(|s| (s.offset, s.length, s.reason)).collect()
+    }
 }
 
-/// Where the written data of a segment ends (its length when it is full).
+/// The splits of a commitlog directory: `[(path, base, starts, data_end, damage or None)]` per segment, damage
+/// being `(commitlog offset, length, reason)`. Raises CorruptionError on damage unless `skip_damage`.
 #[pyfunction]
-fn segment_data_end(py: Python<'_>, path: PathBuf, base: i64) -> PyResult<u64> {
-    py.detach(|| columnar::segment_data_end(&path, base)).map_err(to_py)
+#[pyo3(signature = (dir, split_size, *, skip_damage=false))]
+#[allow(clippy::type_complexity)]
+fn plan_commitlog(
+    py: Python<'_>,
+    dir: PathBuf,
+    split_size: u64,
+    skip_damage: bool,
+) -> PyResult<Vec<(String, i64, Vec<u64>, u64, Option<(i64, u64, String)>)>> {
+    let plans = py.detach(|| columnar::plan_commitlog(&dir, split_size, skip_damage)).map_err(to_py)?;
+    Ok(plans
+        .into_iter()
+        .map(|p| {
+            let damage = p.damage.map(|d| (d.offset, d.length, d.reason));
+            (p.path.display().to_string(), p.base, p.starts, p.data_end, damage)
+        })
+        .collect())
 }
 
 #[allow(unsafe_code)]
@@ -264,7 +289,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ArrowBuffer>()?;
     m.add_class::<SplitReader>()?;
     m.add("COLUMNS", columnar::COLUMNS.to_vec())?;
-    m.add_function(wrap_pyfunction!(segment_data_end, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_commitlog, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
     m.add_function(wrap_pyfunction!(java_hash_strings, m)?)?;
     Ok(())
