@@ -6,10 +6,12 @@ Open a directory with `MessageStore`, `put` messages, `read` them back by commit
 """
 
 from rmq._native import (
+    ArgumentTypeError,
     BoundaryType,
     CorruptionError,
     GetMessageResult,
     GetMessageStatus,
+    InvalidArgumentError,
     InvalidConfigError,
     InvalidHostError,
     InvalidInputError,
@@ -42,6 +44,7 @@ from rmq.reput import ReputMessageService
 from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, StoreConfig
 
 __all__ = [
+    "ArgumentTypeError",
     "BoundaryType",
     "ConsumeContext",
     "ConsumeFromWhere",
@@ -51,6 +54,7 @@ __all__ = [
     "CorruptionError",
     "GetMessageResult",
     "GetMessageStatus",
+    "InvalidArgumentError",
     "InvalidConfigError",
     "InvalidHostError",
     "InvalidInputError",

@@ -1,10 +1,12 @@
 //! PyO3 bindings: the `rmq._native` extension module. Argument conversion, GIL release, errors and
 //! zero-copy buffers only; every rule lives in the core.
 
+mod args;
 mod columnar;
 mod errors;
 mod get;
 mod message;
+mod offsets;
 mod store;
 
 use pyo3::prelude::*;
@@ -18,5 +20,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     get::register(m)?;
     store::register(m)?;
     columnar::register(m)?;
+    offsets::register(m)?;
     Ok(())
 }
