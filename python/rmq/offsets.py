@@ -116,7 +116,9 @@ def read_offsets(data: bytes | str, path: str | os.PathLike[str] = "consumerOffs
     try:
         table, (counter, state, ts), issues = _native.decode_offsets(raw, os.fspath(path))
     except CorruptionError as e:
-        raise OffsetFileError(str(e)) from None
+        err = OffsetFileError(str(e))
+        err.status, err.path, err.offset = None, e.path, e.offset
+        raise err from None
     return DecodedOffsets(table, DataVersion(counter, state, ts), issues)
 
 
