@@ -112,7 +112,7 @@ def read_offsets(data: bytes | str, path: str | os.PathLike[str] = "consumerOffs
     entry that is not an object, is left out and listed in `issues`. Raises `OffsetFileError` (naming `path`
     and the byte offset) only when the document is not JSON or its `offsetTable` is not an object.
     """
-    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
         table, (counter, state, ts), issues = _native.decode_offsets(raw, os.fspath(path))
     except CorruptionError as e:
