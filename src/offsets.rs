@@ -571,7 +571,8 @@ mod tests {
     #[test]
     fn empty_table() {
         let v = DataVersion { counter: 0, state_version: 0, timestamp: 5 };
-        let expected = "{\n\t\"dataVersion\":{\n\t\t\"counter\":0,\n\t\t\"stateVersion\":0,\n\t\t\"timestamp\":5\n\t},\n\
+        let expected =
+            "{\n\t\"dataVersion\":{\n\t\t\"counter\":0,\n\t\t\"stateVersion\":0,\n\t\t\"timestamp\":5\n\t},\n\
                         \t\"groupTopicMap\":{},\n\t\"offsetTable\":{}\n}";
         assert_eq!(encode(&[], &v), expected);
     }

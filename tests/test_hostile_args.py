@@ -367,7 +367,12 @@ def _read_split(e: Env, d: Draw) -> object:
     )
     good_path = st.just(path)
     reader = rarrow.read_split(
-        d(arg(good_path)), d(arg(st.just(base))), d(arg(st.just(0))), d(arg(st.just(limit))), d(arg(st.just(limit))), **kw
+        d(arg(good_path)),
+        d(arg(st.just(base))),
+        d(arg(st.just(0))),
+        d(arg(st.just(limit))),
+        d(arg(st.just(limit))),
+        **kw,
     )
     return list(reader)
 
@@ -403,7 +408,9 @@ def _java_hash(e: Env, d: Draw) -> object:
 
 def _native_buffers(e: Env, d: Draw) -> object:
     fn = d(st.sampled_from([_native.decode_records, _native.java_hash_strings]))
-    return fn(d(arg(st.just(b"\0\0\0\0"))), d(arg(st.just(b""))), d(arg(st.none())), d(arg(st.just(0))), d(arg(st.just(0))))
+    return fn(
+        d(arg(st.just(b"\0\0\0\0"))), d(arg(st.just(b""))), d(arg(st.none())), d(arg(st.just(0))), d(arg(st.just(0)))
+    )
 
 
 def _offsets_codec(e: Env, d: Draw) -> object:

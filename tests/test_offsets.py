@@ -628,7 +628,7 @@ def test_damaged_journal_lines_are_reported_and_the_good_ones_applied(tmp_path: 
         f.write(b'[0,"G","T",0,1.5]\n')  # an offset that commit_offset refuses
         f.write(b'[0,"G","T",-3,1]\n')  # a negative queue id
         f.write(b'[0,"G\\ud800","T",0,1]\n')  # a lone surrogate
-        f.write(b'\xff\xfe\n')  # not UTF-8
+        f.write(b"\xff\xfe\n")  # not UTF-8
         f.write(b'[0,"G","T",3,9]\n')  # good
         f.write(b'[0,"G","T",4')  # torn last line
     fresh = ConsumerOffsetManager(path)

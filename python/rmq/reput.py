@@ -77,7 +77,7 @@ class ReputMessageService:
         self._thread.start()
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Asks the thread to stop, wakes it, and waits for it (at most `timeout` seconds; None: as long as it takes)."""
+        """Asks the thread to stop, wakes it, and waits for it: at most `timeout` seconds (None: no limit)."""
         if timeout is not None:
             timeout = _args.seconds(timeout)
         self._stop.set()

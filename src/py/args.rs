@@ -104,8 +104,13 @@ pub(crate) fn count_usize(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
 
 /// An int or a float of seconds: finite and not negative (NaN, infinities and negative values are refused).
 pub(crate) fn seconds(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
-    if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyInt>() || obj.is_exact_instance_of::<pyo3::types::PyFloat>()) {
-        return Err(argument_type_error(format!("expected a timeout in seconds (int or float), got {}", type_name(obj))));
+    if obj.is_instance_of::<PyBool>()
+        || !(obj.is_instance_of::<PyInt>() || obj.is_exact_instance_of::<pyo3::types::PyFloat>())
+    {
+        return Err(argument_type_error(format!(
+            "expected a timeout in seconds (int or float), got {}",
+            type_name(obj)
+        )));
     }
     let v: f64 = obj.extract().map_err(|_| invalid_argument(format!("timeout {obj} is out of range")))?;
     if !v.is_finite() || v < 0.0 {
@@ -121,11 +126,14 @@ pub(crate) fn duration(secs: f64) -> Duration {
 
 /// A `str` that can be stored as UTF-8 (no lone surrogates).
 pub(crate) fn text(obj: &Bound<'_, PyAny>) -> PyResult<PyBackedStr> {
-    let s = obj
-        .cast::<PyString>()
-        .map_err(|_| argument_type_error(format!("expected a str, got {}", type_name(obj))))?;
-    PyBackedStr::try_from(s.clone())
-        .map_err(|_| invalid_argument(format!("{} contains a lone surrogate, which cannot be stored as UTF-8", s.repr().map(|r| r.to_string()).unwrap_or_default())))
+    let s =
+        obj.cast::<PyString>().map_err(|_| argument_type_error(format!("expected a str, got {}", type_name(obj))))?;
+    PyBackedStr::try_from(s.clone()).map_err(|_| {
+        invalid_argument(format!(
+            "{} contains a lone surrogate, which cannot be stored as UTF-8",
+            s.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
 }
 
 /// `None` or a `str` (see `text`).
@@ -149,9 +157,8 @@ pub(crate) fn opt_strings(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>
     if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
         return Err(argument_type_error(format!("expected a list of str, got {}", type_name(obj))));
     }
-    let iter = obj
-        .try_iter()
-        .map_err(|_| argument_type_error(format!("expected a list of str, got {}", type_name(obj))))?;
+    let iter =
+        obj.try_iter().map_err(|_| argument_type_error(format!("expected a list of str, got {}", type_name(obj))))?;
     iter.map(|item| text(&item?).map(|s| s.to_string())).collect::<PyResult<Vec<_>>>().map(Some)
 }
 

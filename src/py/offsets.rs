@@ -14,16 +14,16 @@ use crate::offsets::{self, DataVersion, OffsetTable};
 
 /// A `Mapping[str, Mapping[int, int]]` as an offset table in iteration order, every key and value checked.
 fn table_of(obj: &Bound<'_, PyAny>) -> PyResult<OffsetTable> {
-    let map = obj
-        .cast::<PyMapping>()
-        .map_err(|_| args::argument_type_error_for("the offset table must be a Mapping[str, Mapping[int, int]]", obj))?;
+    let map = obj.cast::<PyMapping>().map_err(|_| {
+        args::argument_type_error_for("the offset table must be a Mapping[str, Mapping[int, int]]", obj)
+    })?;
     let mut table = OffsetTable::new();
     for item in map.items()?.iter() {
         let (key, queues): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
         let key = args::text(&key)?.to_string();
-        let queues = queues
-            .cast::<PyMapping>()
-            .map_err(|_| args::argument_type_error_for(&format!("the offsets of {key:?} must be a Mapping[int, int]"), &queues))?;
+        let queues = queues.cast::<PyMapping>().map_err(|_| {
+            args::argument_type_error_for(&format!("the offsets of {key:?} must be a Mapping[int, int]"), &queues)
+        })?;
         let mut offsets = Vec::new();
         for pair in queues.items()?.iter() {
             let (q, o): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;

@@ -88,9 +88,7 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
                     }
                 }
             }
-            "mapped_file_size_consume_queue" => {
-                c.consume_queue.mapped_file_size_consume_queue = int_setting(&key, v)?
-            }
+            "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = int_setting(&key, v)?,
             "max_hash_slot_num" => c.index.max_hash_slot_num = int_setting(&key, v)?,
             "max_index_num" => c.index.max_index_num = int_setting(&key, v)?,
             "max_msgs_num_batch" => c.index.max_msgs_num_batch = int_setting(&key, v)?,
@@ -114,9 +112,7 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
             }
             "access_message_in_memory_max_ratio" => c.read.access_message_in_memory_max_ratio = int_setting(&key, v)?,
             "max_filter_message_size" => c.read.max_filter_message_size = int_setting(&key, v)?,
-            "travel_cq_file_num_when_get_message" => {
-                c.read.travel_cq_file_num_when_get_message = int_setting(&key, v)?
-            }
+            "travel_cq_file_num_when_get_message" => c.read.travel_cq_file_num_when_get_message = int_setting(&key, v)?,
             "offset_check_in_slave" => c.read.offset_check_in_slave = bool_setting(&key, v)?,
             "broker_role" => {
                 c.read.broker_role = match str_setting(&key, v)?.as_str() {
@@ -159,7 +155,10 @@ impl MessageStore {
     /// Stores one message and returns where it went.
     #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0, sys_flag=0,
         transaction_type=TransactionType::NotType, born_host=DEFAULT_BORN_HOST, born_timestamp=None,
-        reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=true))]
+        reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=true),
+        text_signature = "(self, /, topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0, \
+                          sys_flag=0, transaction_type=..., born_host='127.0.0.1:0', born_timestamp=None, \
+                          reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=True)")]
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -206,7 +205,9 @@ impl MessageStore {
 
     /// Stores a batch atomically: `messages` are `bytes` (body only) or `Message` objects.
     #[pyo3(signature = (topic, messages, *, queue_id=0, sys_flag=0, born_host=DEFAULT_BORN_HOST, born_timestamp=None,
-        reconsume_times=0, wait_store_msg_ok=true))]
+        reconsume_times=0, wait_store_msg_ok=true),
+        text_signature = "(self, /, topic, messages, *, queue_id=0, sys_flag=0, born_host='127.0.0.1:0', \
+                          born_timestamp=None, reconsume_times=0, wait_store_msg_ok=True)")]
     #[allow(clippy::too_many_arguments)]
     fn put_batch(
         &self,
@@ -281,14 +282,22 @@ impl MessageStore {
     }
 
     /// The message stored at commitlog `offset`, or None past the end (or on an end-of-file blank).
-    fn read(&self, py: Python<'_>, #[pyo3(from_py_with = args::commitlog_offset)] offset: u64) -> PyResult<Option<MessageExt>> {
+    fn read(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::commitlog_offset)] offset: u64,
+    ) -> PyResult<Option<MessageExt>> {
         let inner = &self.inner;
         let rec = py.detach(|| inner.read(offset)).map_err(to_py)?;
         Ok(rec.map(MessageExt::new))
     }
 
     /// Zero-copy bytes of the record at `offset`, or None.
-    fn read_raw(&self, py: Python<'_>, #[pyo3(from_py_with = args::commitlog_offset)] offset: u64) -> PyResult<Option<RecordView>> {
+    fn read_raw(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::commitlog_offset)] offset: u64,
+    ) -> PyResult<Option<RecordView>> {
         let inner = &self.inner;
         let rec = py.detach(|| inner.read(offset)).map_err(to_py)?;
         Ok(rec.as_ref().map(RecordView::of))
@@ -296,7 +305,11 @@ impl MessageStore {
 
     /// Iterates stored messages in commitlog order from `from_offset` (a record boundary or segment start).
     #[pyo3(signature = (from_offset=0))]
-    fn scan(&self, py: Python<'_>, #[pyo3(from_py_with = args::commitlog_offset)] from_offset: u64) -> PyResult<Scanner> {
+    fn scan(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::commitlog_offset)] from_offset: u64,
+    ) -> PyResult<Scanner> {
         self.inner.check_open().map_err(to_py)?;
         let inner = &self.inner;
         if !from_offset.is_multiple_of(inner.commitlog().file_size()) {
