@@ -27,7 +27,8 @@
 //! The reader takes fastjson's unquoted integer keys and strict JSON alike. It is tolerant per entry: a
 //! queue whose id is not a Java int or whose offset is not a Java long, or an entry that is not an object, is
 //! left out and reported as an [`Issue`]; every good entry is kept. Only a document that is not JSON at all,
-//! or whose `offsetTable` is not an object, is refused as a whole ([`FormatError`], with the byte position).
+//! or whose `offsetTable` is not an object, is refused as a whole ([`FormatError`], with the byte position);
+//! [`salvage`] then recovers the entries that still parse on their own.
 
 use crate::java::hash_map_order;
 
@@ -483,6 +484,65 @@ pub fn decode(text: &[u8]) -> Result<Decoded, FormatError> {
     Ok(out)
 }
 
+/// Recovers what it can from a document [`decode`] refuses (a torn write, flipped or zeroed bytes): the
+/// `dataVersion` if it still parses, and every `offsetTable` entry that still parses on its own. After damage
+/// it resumes at the next line that starts an entry in fastjson's layout (`\n\t\t"`). Each damaged span is
+/// reported; an entry cut by the damage is lost (the caller should prefer an intact `.bak`).
+pub fn salvage(text: &[u8]) -> Decoded {
+    let mut out = Decoded::default();
+    if let Some(at) = find(text, b"\"dataVersion\"", 0) {
+        let mut p = Parser { text, pos: at };
+        if let Ok(v) = p.string().and_then(|_| p.expect(b':')).and_then(|()| p.value(0)) {
+            read_version(&v, &mut out);
+        }
+    }
+    let Some(at) = find(text, b"\"offsetTable\"", 0) else {
+        out.issues.push(Issue { key: None, reason: "no offsetTable found; nothing salvaged".into() });
+        return out;
+    };
+    let mut p = Parser { text, pos: at };
+    if p.string().and_then(|_| p.expect(b':')).and_then(|()| p.expect(b'{')).is_err() {
+        out.issues.push(Issue { key: None, reason: format!("offsetTable unreadable at byte {}", p.pos) });
+        return out;
+    }
+    loop {
+        let start = p.pos;
+        let member = (|| {
+            let key = Key::Str(p.string()?);
+            p.expect(b':')?;
+            let value = p.value(1)?;
+            Ok::<_, FormatError>((key, value))
+        })();
+        let err = match member {
+            Ok(entry) => {
+                read_table(vec![entry], &mut out);
+                match p.peek() {
+                    Some(b',') => {
+                        p.pos += 1;
+                        continue;
+                    }
+                    Some(b'}') => return out,
+                    _ => FormatError { position: p.pos, reason: "expected ',' or '}'".into() },
+                }
+            }
+            Err(e) => e,
+        };
+        let resume = find(text, b"\n\t\t\"", err.position.max(start + 1));
+        let end = resume.map_or(text.len(), |r| r + 1);
+        let reason = format!("damaged bytes {}..{} skipped ({})", start, end, err.reason);
+        out.issues.push(Issue { key: None, reason });
+        match resume {
+            Some(r) => p.pos = r + 3,
+            None => return out,
+        }
+    }
+}
+
+/// The first position of `needle` in `hay` at or after `from`.
+fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    hay.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|i| i + from)
+}
+
 fn read_version(value: &Value, out: &mut Decoded) {
     let fields = match value {
         Value::Object(fields) => fields,
@@ -606,6 +666,34 @@ mod tests {
         assert!(matches!(decode(deep.as_bytes()), Err(FormatError { .. })));
         let err = decode(br#"{"offsetTable":{"T@G":{0:1,}}}"#).expect_err("trailing comma");
         assert_eq!(err.position, 27);
+    }
+
+    #[test]
+    fn salvage_keeps_entries_around_damage_and_before_a_tear() {
+        let table: OffsetTable =
+            (0..6).map(|i| (format!("T{i}@G"), q(&[(0, i64::from(i) * 10), (1, 7)]))).collect::<Vec<_>>();
+        let text = encode(&table, &DataVersion { counter: 4, state_version: 0, timestamp: 9 }).into_bytes();
+        let full = decode(&text).expect("decodes").table;
+        // Torn in the middle of an entry: every entry before the tear survives.
+        let cut = find(&text, b"\"T3@G\"", 0).expect("present") + 8;
+        let d = salvage(&text[..cut]);
+        assert!(decode(&text[..cut]).is_err());
+        assert_eq!(d.version.counter, 4);
+        let pos = full.iter().position(|(k, _)| k == "T3@G").expect("present");
+        assert_eq!(d.table, full[..pos].to_vec());
+        assert_eq!(d.issues.len(), 1);
+        // Garbage inside one entry: only that entry is lost.
+        let mut bad = text.clone();
+        let at = find(&bad, b"\"T2@G\"", 0).expect("present");
+        bad[at + 7..at + 11].copy_from_slice(b"\0\0\0\0");
+        assert!(decode(&bad).is_err());
+        let d = salvage(&bad);
+        let kept: Vec<_> = full.iter().filter(|(k, _)| k != "T2@G").cloned().collect();
+        assert_eq!(d.table, kept);
+        assert_eq!(d.issues.len(), 1);
+        // Nothing to go on.
+        assert!(salvage(b"\xff\xfe").table.is_empty());
+        assert_eq!(salvage(&text).table, full);
     }
 
     #[test]

@@ -615,7 +615,7 @@ def test_damaged_bak_and_missing_main_are_reported(tmp_path: Path) -> None:
     # No main file and a damaged .bak: both facts reported, no crash, False (nothing loadable).
     path.unlink()
     assert not fresh.load()
-    assert [i.file for i in fresh.load_issues] == [str(bak)] and fresh.table() == {}
+    assert {i.file for i in fresh.load_issues} == {str(bak)} and fresh.table() == {}
 
 
 def test_damaged_journal_lines_are_reported_and_the_good_ones_applied(tmp_path: Path) -> None:
@@ -682,3 +682,40 @@ def test_strict_decoder_and_lenient_reader_agree_on_good_files() -> None:
     with pytest.raises(OffsetFileError) as info:
         read_offsets(b'{"offsetTable":{"A@G":{0:1,}}}', "x.json")
     assert isinstance(info.value, rmq.CorruptionError) and (info.value.path, info.value.offset) == ("x.json", 27)
+
+
+def test_a_torn_file_without_a_backup_keeps_the_entries_before_the_tear(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    m = ConsumerOffsetManager(path)
+    for i in range(8):
+        m.commit_offset(f"G{i}", "T", 0, 100 + i)
+    m.persist()
+    text = path.read_bytes()
+    cut = text.index(b'"T@G5"') + 9  # inside entry G5
+    path.write_bytes(text[:cut])
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    before = text[:cut].decode()
+    kept = {f"T@G{i}": {0: 100 + i} for i in range(8) if f'"T@G{i}":{{0:{100 + i}\n' in before}
+    assert fresh.table() == kept and len(kept) >= 1
+    assert any("salvaged" in i.reason for i in fresh.load_issues)
+    # Both files torn: the main file's entries first, then what only the (older) backup still has.
+    m.persist()
+    m.commit_offset("G0", "T", 0, 500)
+    m.persist()  # the previous file (G0 at 100) becomes .bak
+    main, bak = path.read_bytes(), (tmp_path / "consumerOffset.json.bak").read_bytes()
+    path.write_bytes(main[: main.index(b'"T@G1"')])
+    (tmp_path / "consumerOffset.json.bak").write_bytes(bak[: bak.index(b'"T@G6"')])
+    both = ConsumerOffsetManager(path)
+    assert both.load()
+    got = both.table()
+    in_main = {k for k in got if f'"{k}"'.encode() in main[: main.index(b'"T@G1"')]}
+    assert all(got[k] == m.table()[k] for k in in_main)  # newest offsets where the main file has them
+    assert "T@G6" not in got or b'"T@G6"' in main[: main.index(b'"T@G1"')]
+    assert len(got) > len(in_main)  # the backup filled in keys the tear took
+    # Nothing readable anywhere: False, empty, and both files reported.
+    path.write_bytes(b"\x00" * 40)
+    (tmp_path / "consumerOffset.json.bak").write_bytes(b"{")
+    nothing = ConsumerOffsetManager(path)
+    assert not nothing.load() and nothing.table() == {}
+    assert {i.file for i in nothing.load_issues} == {str(path), str(tmp_path / "consumerOffset.json.bak")}

@@ -391,3 +391,6 @@ def encode_offsets(table: Mapping[str, Mapping[int, int]], counter: int, state_v
 def decode_offsets(
     data: bytes, path: str | os.PathLike[str]
 ) -> tuple[dict[str, dict[int, int]], tuple[int, int, int], list[tuple[str | None, str]]]: ...
+def salvage_offsets(
+    data: bytes,
+) -> tuple[dict[str, dict[int, int]], tuple[int, int, int], list[tuple[str | None, str]]]: ...

@@ -237,8 +237,9 @@ class ConsumerOffsetManager:
     def bak_path(self) -> Path:
         return self.path.with_name(self.path.name + ".bak")
 
-    def _read(self, path: Path, issues: list[OffsetIssue]) -> DecodedOffsets | None:
-        """The file's good entries, or None (with the reason in `issues`) when it is missing or unreadable."""
+    def _read(self, path: Path, issues: list[OffsetIssue], damaged: dict[Path, bytes]) -> DecodedOffsets | None:
+        """The file's good entries, or None (with the reason in `issues`) when it is missing or unreadable; the
+        bytes of a file that is not JSON go to `damaged`, for salvage."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -253,6 +254,7 @@ class ConsumerOffsetManager:
             return read_offsets(data, path)
         except OffsetFileError as e:
             issues.append(OffsetIssue(str(path), None, f"is not a valid consumerOffset.json: {e}"))
+            damaged[path] = data
             return None
 
     def load(self) -> bool:
@@ -260,21 +262,25 @@ class ConsumerOffsetManager:
 
         A damaged entry or queue does not discard the file: every good entry is loaded, the damaged ones are
         taken from `<file>.bak` where it has them, and each is reported in `load_issues` (and logged as a
-        warning), as are damaged journal lines. Returns True when state was loaded or neither file exists (empty
-        state), False when both files are unreadable (the table is then empty and the bad files are left for
-        inspection).
+        warning), as are damaged journal lines. When neither file is valid JSON (a torn or garbled file and no
+        intact backup), the entries that still parse are salvaged from both. Returns True when state was loaded
+        or neither file exists (empty state), False when nothing could be read (the table is then empty and the
+        bad files are left for inspection).
         """
         issues: list[OffsetIssue] = []
-        main = self._read(self.path, issues)
+        damaged: dict[Path, bytes] = {}
+        main = self._read(self.path, issues, damaged)
         chosen = main
         if main is None or main.issues:
-            bak = self._read(self.bak_path, issues)
+            bak = self._read(self.bak_path, issues, damaged)
             if main is None:
                 chosen = bak
                 if bak is not None:
                     issues.append(OffsetIssue(str(self.bak_path), None, "loaded instead of the main file"))
             elif bak is not None:
                 _fill_from_backup(main, bak)
+        if chosen is None and damaged:
+            chosen = self._salvage(damaged, issues)
         if chosen is not None:
             for key, reason in chosen.issues:
                 src = self.path if chosen is main else self.bak_path
@@ -293,6 +299,28 @@ class ConsumerOffsetManager:
             self._seq += 1
         self._report(issues)
         return ok
+
+    def _salvage(self, damaged: dict[Path, bytes], issues: list[OffsetIssue]) -> DecodedOffsets | None:
+        """The entries that still parse in the damaged files, the main file's first, then keys and queues only
+        the backup still has (older offsets redeliver; lost ones would skip messages). None if there are none."""
+        result: DecodedOffsets | None = None
+        for path in (self.path, self.bak_path):
+            data = damaged.get(path)
+            if data is None:
+                continue
+            table, (counter, state, ts), found = _native.salvage_offsets(data)
+            issues.extend(OffsetIssue(str(path), key, reason) for key, reason in found)
+            if not table:
+                continue
+            issues.append(OffsetIssue(str(path), None, f"salvaged {len(table)} entries from the damaged file"))
+            if result is None:
+                result = DecodedOffsets(table, DataVersion(counter, state, ts), [])
+            else:
+                for key, queues in table.items():
+                    mine = result.table.setdefault(key, {})
+                    for q, o in queues.items():
+                        mine.setdefault(q, o)
+        return result
 
     def _report(self, issues: list[OffsetIssue]) -> None:
         self.load_issues = issues

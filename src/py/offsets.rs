@@ -62,6 +62,20 @@ fn decode_offsets<'py>(
     let decoded = py.detach(|| offsets::decode(&data)).map_err(|e| {
         to_py(Error::Corruption { path, offset: i64::try_from(e.position).unwrap_or(i64::MAX), reason: e.reason })
     })?;
+    to_tuple(py, decoded)
+}
+
+/// Recovers the entries that still parse from a file `decode_offsets` refuses; the damaged spans are issues.
+#[pyfunction]
+fn salvage_offsets<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::body)] data: PyBackedBytes,
+) -> PyResult<DecodedTuple<'py>> {
+    let decoded = py.detach(|| offsets::salvage(&data));
+    to_tuple(py, decoded)
+}
+
+fn to_tuple(py: Python<'_>, decoded: offsets::Decoded) -> PyResult<DecodedTuple<'_>> {
     let table = PyDict::new(py);
     for (key, queues) in decoded.table {
         let q = PyDict::new(py);
@@ -78,5 +92,6 @@ fn decode_offsets<'py>(
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(decode_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(salvage_offsets, m)?)?;
     Ok(())
 }
