@@ -290,6 +290,13 @@ def _pull_block(e: Env, d: Draw) -> object:
     return e.consumer.pull_block_if_not_found(d(arg(MQ)), offset, timeout=d(TIMEOUT), **kw)
 
 
+def _add_listener(e: Env, d: Draw) -> object:
+    listener = d(st.one_of(st.just(lambda topic, queue_id, next_offset: None), HOSTILE))
+    e.store.reput.add_listener(listener)
+    e.store.reput.remove_listener(listener)
+    return None
+
+
 def _wait_new_data(e: Env, d: Draw) -> object:
     return e.store._wait_new_data(d(TIMEOUT))
 
@@ -490,6 +497,7 @@ CALLS: dict[str, Call] = {
     "fetch_subscribe_message_queues": _consumer_call("fetch_subscribe_message_queues", TOPIC),
     "PushConsumer": _new_push_consumer,
     "ReputMessageService": _reput_service,
+    "ReputMessageService.add_listener": _add_listener,
     "ArrivalWaiter.wait_beyond": _waiter,
     "topic_queues": _topic_queues,
     "allocate_sorted": _allocate,

@@ -54,6 +54,8 @@ class ReputMessageService:
 
     def add_listener(self, listener: ArrivalListener) -> None:
         """Calls `listener(topic, queue_id, next_offset)` after each batch that adds entries to a queue."""
+        if not callable(listener):
+            raise ArgumentTypeError(f"listener must be callable, got {type(listener).__name__}")
         with self._lock:
             self._listeners = [*self._listeners, listener]
 
