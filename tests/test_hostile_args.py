@@ -528,3 +528,19 @@ def test_hostile_arguments_raise_typed_errors_and_change_nothing(env: Env, name:
         assert env.state() == before, f"{name} was rejected ({e!r}) but changed the store or the offsets"
     except BaseException as e:  # a PanicException, an AttributeError, an OverflowError...
         pytest.fail(f"{name} raised {type(e).__module__}.{type(e).__qualname__}: {e!r}")
+
+
+def test_integers_with_index_count_as_ints_but_bools_do_not(env: Env) -> None:
+    """NumPy integers (`__index__`) and floats (a float subclass) are accepted as before; bools never are."""
+    import numpy as np
+
+    assert env.store.next_queue_offset("T", np.int64(0)) == env.store.next_queue_offset("T", 0)
+    assert env.store.wait_dispatched(np.float64(1.0))
+    assert env.offsets.query_offset("G", "T", np.int32(0)) == env.offsets.query_offset("G", "T", 0)
+    for bad in (True, np.bool_(False)):
+        with pytest.raises(rmq.ArgumentTypeError):
+            env.store.next_queue_offset("T", bad)
+        with pytest.raises(rmq.ArgumentTypeError):
+            env.offsets.query_offset("G", "T", bad)
+    with pytest.raises(rmq.InvalidArgumentError):
+        env.store.wait_dispatched(np.float64("nan"))

@@ -8,6 +8,7 @@ non-negative seconds; names are non-empty `str`s that can be stored as UTF-8. A 
 from __future__ import annotations
 
 import math
+import operator
 
 from rmq._native import ArgumentTypeError, InvalidArgumentError
 
@@ -20,9 +21,17 @@ def _type_name(value: object) -> str:
 
 
 def integer(value: object, name: str, lo: int, hi: int) -> int:
-    """`value` as an int in `[lo, hi]`."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"{name} must be an int, got {_type_name(value)}")
+    """`value` as an int in `[lo, hi]` (an int, not a bool, or an integer with `__index__`, such as NumPy's)."""
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be an int, got bool")
+    if not isinstance(value, int):
+        try:
+            index = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise ArgumentTypeError(f"{name} must be an int, got {_type_name(value)}") from None
+        if isinstance(index, bool):
+            raise ArgumentTypeError(f"{name} must be an int, got {_type_name(value)}")
+        value = index
     if not lo <= value <= hi:
         raise InvalidArgumentError(f"{name} = {value} is out of range [{lo}, {hi}]")
     return int(value)

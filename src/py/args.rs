@@ -30,12 +30,24 @@ pub(crate) fn argument_type_error_for(what: &str, obj: &Bound<'_, PyAny>) -> PyE
     argument_type_error(format!("{what}, got {}", type_name(obj)))
 }
 
-/// An `int` (not a `bool`) as i128; ints beyond i128 are out of every range here.
+/// An `int` (not a `bool`), or an integer that converts through `__index__` (a NumPy integer), as i128; ints
+/// beyond i128 are out of every range here.
 fn exact_int(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
-    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
-        return Err(argument_type_error(format!("expected {what} (an int), got {}", type_name(obj))));
+    let wrong = || argument_type_error(format!("expected {what} (an int), got {}", type_name(obj)));
+    if obj.is_instance_of::<PyBool>() {
+        return Err(wrong());
     }
-    obj.extract::<i128>().map_err(|_| invalid_argument(format!("{obj} is out of range for {what}")))
+    let index;
+    let int = if obj.is_instance_of::<PyInt>() {
+        obj
+    } else {
+        index = obj.call_method0("__index__").map_err(|_| wrong())?;
+        if index.is_instance_of::<PyBool>() || !index.is_instance_of::<PyInt>() {
+            return Err(wrong());
+        }
+        &index
+    };
+    int.extract::<i128>().map_err(|_| invalid_argument(format!("{int} is out of range for {what}")))
 }
 
 /// An `int` in `[lo, hi]`.
@@ -105,7 +117,7 @@ pub(crate) fn count_usize(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
 /// An int or a float of seconds: finite and not negative (NaN, infinities and negative values are refused).
 pub(crate) fn seconds(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     if obj.is_instance_of::<PyBool>()
-        || !(obj.is_instance_of::<PyInt>() || obj.is_exact_instance_of::<pyo3::types::PyFloat>())
+        || !(obj.is_instance_of::<PyInt>() || obj.is_instance_of::<pyo3::types::PyFloat>())
     {
         return Err(argument_type_error(format!(
             "expected a timeout in seconds (int or float), got {}",
