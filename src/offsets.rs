@@ -702,6 +702,45 @@ mod tests {
         assert_eq!(d.table, vec![("A@G".into(), q(&[(1, 5)])), ("B@G".into(), q(&[]))]);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_decode_or_salvage_without_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = decode(&bytes);
+            let _ = salvage(&bytes);
+        }
+
+        #[test]
+        fn flipped_bits_never_panic(flip in 0usize..400, bit in 0u8..8) {
+            let table: OffsetTable = vec![("A@G".into(), q(&[(0, 5), (70, 1)])), ("B@G".into(), q(&[(2, -1)]))];
+            let mut text = encode(&table, &DataVersion::default()).into_bytes();
+            let i = flip % text.len();
+            text[i] ^= 1 << bit;
+            let d = decode(&text).unwrap_or_else(|_| salvage(&text));
+            proptest::prop_assert!(d.table.len() <= 2);
+        }
+
+        #[test]
+        fn tables_round_trip(entries in proptest::collection::vec(
+            ("\\PC{1,8}", proptest::collection::btree_map(proptest::num::i32::ANY, proptest::num::i64::ANY, 0..5)),
+            0..8,
+        )) {
+            let mut table: OffsetTable = Vec::new();
+            for (key, queues) in entries {
+                upsert(&mut table, key, queues.into_iter().collect());
+            }
+            let text = encode(&table, &DataVersion { counter: 1, state_version: 2, timestamp: 3 });
+            let d = decode(text.as_bytes()).expect("what encode writes, decode reads");
+            proptest::prop_assert!(d.issues.is_empty());
+            // The file holds the entries in Java's map order and each entry's queues ascending.
+            let sorted = |mut t: OffsetTable| {
+                t.iter_mut().for_each(|(_, q)| q.sort_unstable());
+                t.sort();
+                t
+            };
+            proptest::prop_assert_eq!(sorted(d.table), sorted(table));
+        }
+    }
+
     #[test]
     fn escapes_round_trip() {
         let key = "\u{1}\u{7f}\"\\\u{8}\u{c}\r\t\n😀é@g".to_owned();
