@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz interop-fixture
+.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile interop-fixture
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ rust-test:
 
 fuzz:
 	PROPTEST_CASES=20000 cargo test --release --quiet --test decode_fuzz
+
+# Every public call under hostile arguments, 400 Hypothesis examples per entry point (make test runs 20).
+hostile: build
+	HOSTILE_EXAMPLES=400 $(PY) -m pytest -q tests/test_hostile_args.py
 
 py-test: build
 	$(PY) -m pytest -q

@@ -89,6 +89,32 @@ pub fn parse_int(s: &str) -> Option<i32> {
     s.parse::<i32>().ok()
 }
 
+/// Bins of a Java `HashMap` (or, with `concurrent`, a `ConcurrentHashMap`) created with `initial` bins after
+/// `n` insertions at load factor 0.75: a `HashMap` grows when its size exceeds the threshold, a
+/// `ConcurrentHashMap` when it reaches it.
+pub fn hash_map_bins(n: usize, initial: usize, concurrent: bool) -> usize {
+    let mut bins = initial.max(1);
+    while if concurrent { n >= bins * 3 / 4 } else { n > bins * 3 / 4 } {
+        bins *= 2;
+    }
+    bins
+}
+
+/// The bin of a string key: `spread(hashCode) & (bins - 1)`, where `spread(h) = h ^ (h >>> 16)`.
+pub fn hash_map_bin(key: &str, bins: usize) -> usize {
+    let h = string_hash(key) as u32;
+    ((h ^ (h >> 16)) as usize) & (bins - 1)
+}
+
+/// Indices of `keys` (in insertion order) in a Java hash map's iteration order: by bin, then insertion order
+/// within a bin. Exact while the map has not grown (a grown `ConcurrentHashMap` may reorder a bin's keys).
+pub fn hash_map_order(keys: &[&str], initial: usize, concurrent: bool) -> Vec<usize> {
+    let bins = hash_map_bins(keys.len(), initial, concurrent);
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| hash_map_bin(keys[i], bins));
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +178,16 @@ mod tests {
         assert_eq!(parse_int(" 3"), None);
         assert_eq!(parse_int("abc"), None);
         assert_eq!(parse_int("2147483648"), None);
+    }
+
+    #[test]
+    fn hash_map_growth_and_order() {
+        assert_eq!(hash_map_bins(0, 1024, true), 1024);
+        assert_eq!(hash_map_bins(767, 1024, true), 1024);
+        assert_eq!(hash_map_bins(768, 1024, true), 2048);
+        assert_eq!(hash_map_bins(96, 128, false), 128);
+        assert_eq!(hash_map_bins(97, 128, false), 256);
+        // "Orders" and "T\"x\u{e9}\n" in RocketMQ 5.3.1's groupTopicMap for G2 (tests/data): Orders first.
+        assert_eq!(hash_map_order(&["T\"x\u{e9}\n", "Orders"], 8, false), [1, 0]);
     }
 }

@@ -16,6 +16,7 @@ pub mod index;
 pub mod java;
 pub mod message;
 pub mod mmap;
+pub mod offsets;
 pub mod store;
 
 #[cfg(feature = "python")]

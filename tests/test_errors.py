@@ -194,16 +194,24 @@ BAD_PUTS: list[tuple[str, dict[str, Any], type[BaseException], str | None]] = [
     ("dns name", {"born_host": "localhost:80"}, rmq.InvalidHostError, ILLEGAL),
     ("empty host", {"born_host": ""}, rmq.InvalidHostError, ILLEGAL),
     ("trailing space", {"born_host": "1.2.3.4:80 "}, rmq.InvalidHostError, ILLEGAL),
-    # Python-level argument types: rejected while converting, before the store is touched
-    ("str body", {"body": "text"}, TypeError, None),
-    ("None body", {"body": None}, TypeError, None),
-    ("int property value", {"properties": {"a": 1}}, TypeError, None),
-    ("properties not a mapping", {"properties": ["a", "b"]}, AttributeError, None),
-    ("queue id over i32", {"queue_id": 2**31}, OverflowError, None),
-    ("flag over i32", {"flag": 2**31}, OverflowError, None),
-    ("lone surrogate in tags", {"tags": "\ud800"}, UnicodeEncodeError, None),
-    ("lone surrogate in a property", {"properties": {"k": "\udfff"}}, UnicodeEncodeError, None),
-    ("lone surrogate in keys", {"keys": ["\udfff"]}, UnicodeEncodeError, None),
+    # Python-level arguments: rejected while converting, before the store is touched, with typed errors that
+    # are also TypeError / ValueError
+    ("str body", {"body": "text"}, rmq.ArgumentTypeError, None),
+    ("None body", {"body": None}, rmq.ArgumentTypeError, None),
+    ("int property value", {"properties": {"a": 1}}, rmq.ArgumentTypeError, None),
+    ("properties not a mapping", {"properties": ["a", "b"]}, rmq.ArgumentTypeError, None),
+    ("properties a str", {"properties": "a=b"}, rmq.ArgumentTypeError, None),
+    ("queue id over i32", {"queue_id": 2**31}, rmq.InvalidArgumentError, None),
+    ("queue id a bool", {"queue_id": True}, rmq.ArgumentTypeError, None),
+    ("queue id None", {"queue_id": None}, rmq.ArgumentTypeError, None),
+    ("flag over i32", {"flag": 2**31}, rmq.InvalidArgumentError, None),
+    ("born timestamp over i64", {"born_timestamp": 2**63}, rmq.InvalidArgumentError, None),
+    ("float flag", {"flag": 1.0}, rmq.ArgumentTypeError, None),
+    ("int wait flag", {"wait_store_msg_ok": 1}, rmq.ArgumentTypeError, None),
+    ("lone surrogate in tags", {"tags": "\ud800"}, rmq.InvalidArgumentError, None),
+    ("lone surrogate in a property", {"properties": {"k": "\udfff"}}, rmq.InvalidArgumentError, None),
+    ("lone surrogate in keys", {"keys": ["\udfff"]}, rmq.InvalidArgumentError, None),
+    ("keys as bytes", {"keys": b"k"}, rmq.ArgumentTypeError, None),
 ]
 
 
@@ -323,7 +331,10 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], type[BaseException]]] = [
     ("segment 63 bytes", {"mapped_file_size_commit_log": 63}, rmq.InvalidConfigError),
     ("segment 0 bytes", {"mapped_file_size_commit_log": 0}, rmq.InvalidConfigError),
     ("segment over i32", {"mapped_file_size_commit_log": 2**31}, rmq.InvalidConfigError),
-    ("negative segment", {"mapped_file_size_commit_log": -1}, OverflowError),
+    ("negative segment", {"mapped_file_size_commit_log": -1}, rmq.InvalidConfigError),
+    ("segment as a str", {"mapped_file_size_commit_log": "4096"}, rmq.ArgumentTypeError),
+    ("bool as a size", {"max_message_size": True}, rmq.ArgumentTypeError),
+    ("int as a bool", {"check_crc_on_recover": 1}, rmq.ArgumentTypeError),
     ("max_message_size 9", {"max_message_size": 9}, rmq.InvalidConfigError),
     ("max_message_size 0", {"max_message_size": 0}, rmq.InvalidConfigError),
     ("negative max_message_size", {"max_message_size": -1}, rmq.InvalidConfigError),
@@ -385,6 +396,7 @@ def test_read_of_a_non_record_offset(env: Env) -> None:
         assert info.value.offset == off and info.value.status is None
         with pytest.raises(rmq.InvalidOffsetError):
             env.store.read_raw(off)
-    with pytest.raises(OverflowError):
-        env.store.read(-1)
+    for bad in (-1, 2**63):
+        with pytest.raises(rmq.InvalidArgumentError):
+            env.store.read(bad)
     assert snapshot(env.root) == before

@@ -445,3 +445,277 @@ def test_big_journal_is_folded_into_a_snapshot(tmp_path: Path, monkeypatch: pyte
     assert fresh.load() and fresh.query_offset("G", "T", 0) == 49
     m.close()
     assert not m.journal_path.exists()
+
+
+# -- argument checks and robust loading (issue 15) ------------------------------------------------------------
+
+#: Arguments a careless or hostile caller may pass where a name, a queue id or an offset belongs.
+hostile = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([-(2**63), 2**63 - 1, -(2**31), 2**31 - 1, 2**31, 2**63]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=6),
+    st.sampled_from(["", "G", "T", "a@b", "\ud800", "x\udfff", 'q"\\\n', "\x00\x7f"]),
+    st.binary(max_size=4),
+    st.lists(st.integers(), max_size=2),
+)
+commit_args = st.tuples(
+    st.one_of(st.sampled_from(["G", "G2", "组"]), hostile),
+    st.one_of(st.sampled_from(["T", "%RETRY%G", 'T"x\u00e9\n']), hostile),
+    st.one_of(st.integers(0, 40), hostile),
+    st.one_of(st.integers(-2, 1000), hostile),
+)
+
+
+@given(st.lists(commit_args, min_size=1, max_size=25), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_commits_either_raise_typed_or_round_trip_through_persist_and_load(
+    tmp_path_factory: pytest.TempPathFactory, commits: list[tuple[object, object, object, object]], journal: bool
+) -> None:
+    """Every commit is either rejected with an rmq error (TypeError/ValueError too) that changes nothing, or
+    accepted; then `persist()` writes a file that `load()` reads back whole, with nothing left out."""
+    path = tmp_path_factory.mktemp("rt") / "consumerOffset.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("Keep", "Kept", 0, 7)
+    for group, topic, queue_id, offset in commits:
+        before = m.table()
+        try:
+            m.commit_offset(group, topic, queue_id, offset, journal=journal)  # type: ignore[arg-type]
+        except (rmq.ArgumentTypeError, rmq.InvalidArgumentError) as e:
+            assert isinstance(e, TypeError | ValueError)
+            assert m.table() == before
+    m.persist()
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.load_issues == []
+    assert fresh.table() == m.table()
+    assert fresh.query_offset("Keep", "Kept", 0) == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("G", "T", 2**63, 1), rmq.InvalidArgumentError),
+        (("G", "T", -1, 1), rmq.InvalidArgumentError),
+        (("G", "T", None, 1), rmq.ArgumentTypeError),
+        (("G", "T", True, 1), rmq.ArgumentTypeError),
+        (("G", "T", 0, 1.5), rmq.ArgumentTypeError),
+        (("G", "T", 0, None), rmq.ArgumentTypeError),
+        (("G", "T", 0, 2**63), rmq.InvalidArgumentError),
+        (("G\ud800", "T", 0, 1), rmq.InvalidArgumentError),
+        (("G", "a@b", 0, 1), rmq.InvalidArgumentError),
+        ((None, "T", 0, 1), rmq.ArgumentTypeError),
+        (("", "T", 0, 1), rmq.InvalidArgumentError),
+    ],
+)
+def test_one_bad_commit_no_longer_erases_every_group(tmp_path: Path, args: tuple[object, ...], error: type) -> None:
+    """Issue 15, item 5: each of these was accepted, then persist() wrote it and load() dropped every group."""
+    path = tmp_path / "consumerOffset.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("GID_A", "TopicTest", 0, 250)
+    m.persist()
+    with pytest.raises(error):
+        m.commit_offset(*args)  # type: ignore[arg-type]
+    with pytest.raises(error):
+        m.commit_pull_offset(*args)  # type: ignore[arg-type]
+    m.commit_offset("G2", "Orders", 1, 5)
+    m.persist()
+    m.persist()
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load() and fresh.load_issues == []
+    assert fresh.table() == {"TopicTest@GID_A": {0: 250}, "Orders@G2": {1: 5}}
+
+
+def test_lookups_and_maintenance_reject_wrong_types(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(tmp_path / "o.json")
+    m.commit_offset("G", "T", 0, 1)
+    calls = [
+        (lambda: m.query_offset("G", "T", "0"), rmq.ArgumentTypeError),
+        (lambda: m.query_offset(1, "T", 0), rmq.ArgumentTypeError),
+        (lambda: m.query_offsets("G", None), rmq.ArgumentTypeError),
+        (lambda: m.has_reset_offset("G", "T", 2**40), rmq.InvalidArgumentError),
+        (lambda: m.assign_reset_offset("G", "T", 0, 1.0), rmq.ArgumentTypeError),
+        (lambda: m.assign_reset_offset("G", "T", 2**31, 1), rmq.InvalidArgumentError),
+        (lambda: m.remove_group(b"G"), rmq.ArgumentTypeError),
+        (lambda: m.clean_topic(None), rmq.ArgumentTypeError),
+        (lambda: m.topics_of(3), rmq.ArgumentTypeError),
+        (lambda: m.persist(sync="no"), rmq.ArgumentTypeError),
+        (lambda: m.commit_offset("G", "T", 0, 1, journal=1), rmq.ArgumentTypeError),
+        (lambda: ConsumerOffsetManager(tmp_path / "x", flush_interval_ms=float("nan")), rmq.ArgumentTypeError),
+        (lambda: ConsumerOffsetManager(tmp_path / "x", flush_interval_ms=-5), rmq.InvalidArgumentError),
+        (lambda: ConsumerOffsetManager(None), rmq.ArgumentTypeError),
+    ]
+    for call, error in calls:
+        with pytest.raises(error):
+            call()
+    assert m.table() == {"T@G": {0: 1}} and not m.has_reset_offset("G", "T", 0)
+
+
+def _two_groups(path: Path) -> ConsumerOffsetManager:
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("GA", "T", 0, 10)
+    m.commit_offset("GA", "T", 1, 11)
+    m.commit_offset("GB", "T", 0, 20)
+    m.persist()  # the .bak-to-be
+    m.commit_offset("GA", "T", 0, 12)
+    m.commit_offset("GA", "T", 1, 13)
+    m.commit_offset("GB", "T", 0, 22)
+    m.persist()
+    return m
+
+
+def test_one_damaged_entry_keeps_every_good_one_and_is_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _two_groups(path)
+    text = path.read_text()
+    assert "{0:12,1:13" in text
+    path.write_text(text.replace("{0:12,1:13", "{0:12,1:1x3".replace("x", ".")))  # queue 1 of GA: 1.3
+    fresh = ConsumerOffsetManager(path)
+    with caplog.at_level("WARNING", logger="rmq.offsets"):
+        assert fresh.load()
+    # GB and GA's queue 0 come from the file; GA's damaged queue 1 from the backup (older: redelivery, no loss).
+    assert fresh.table() == {"T@GA": {0: 12, 1: 11}, "T@GB": {0: 22}}
+    assert [(i.file, i.key) for i in fresh.load_issues] == [(str(path), "T@GA")]
+    assert "1.3" in fresh.load_issues[0].reason
+    assert any("T@GA" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t.replace('"T@GB":{0:22\n\t\t}', '"T@GB":[0,22]'),  # an entry that is not an object
+        lambda t: t.replace('"T@GB":{0:22', '"T@GB":{0:"x"'),  # an offset that is a string
+        lambda t: t.replace('"T@GB":{0:22', '"T@GB":{99999999999:22'),  # a queue id beyond a Java int
+        lambda t: t.replace('"T@GB"', '"T@G\\uD800"'),  # a key holding a lone surrogate
+    ],
+)
+def test_damaged_entries_of_every_kind_are_reported(tmp_path: Path, damage: object) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _two_groups(path)
+    path.write_text(damage(path.read_text()))  # type: ignore[operator]
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.query_offsets("GA", "T") == {0: 12, 1: 13}
+    assert len(fresh.load_issues) == 1 and fresh.load_issues[0].file == str(path)
+    assert fresh.query_offset("GB", "T", 0) in (20, -1)  # from the backup where the damaged key is still found
+
+
+def test_damaged_bak_and_missing_main_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _two_groups(path)
+    bak = tmp_path / "consumerOffset.json.bak"
+    # The main file is intact: the damaged .bak is not read at all.
+    bak.write_bytes(b"\x00garbage")
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load() and fresh.load_issues == [] and fresh.query_offset("GA", "T", 0) == 12
+    # No main file and a damaged .bak: both facts reported, no crash, False (nothing loadable).
+    path.unlink()
+    assert not fresh.load()
+    assert {i.file for i in fresh.load_issues} == {str(bak)} and fresh.table() == {}
+
+
+def test_damaged_journal_lines_are_reported_and_the_good_ones_applied(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path)
+    m.commit_offset("G", "T", 0, 5, journal=True)
+    m.commit_offset("G", "T", 1, 6, journal=True)
+    with open(m.journal_path, "ab") as f:
+        f.write(b'[0,"G","T",2**63,1]\n')  # not JSON
+        f.write(b'[0,"G","T",0,1.5]\n')  # an offset that commit_offset refuses
+        f.write(b'[0,"G","T",-3,1]\n')  # a negative queue id
+        f.write(b'[0,"G\\ud800","T",0,1]\n')  # a lone surrogate
+        f.write(b"\xff\xfe\n")  # not UTF-8
+        f.write(b'[0,"G","T",3,9]\n')  # good
+        f.write(b'[0,"G","T",4')  # torn last line
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    assert fresh.query_offsets("G", "T") == {0: 5, 1: 6, 3: 9}
+    reasons = [i.reason for i in fresh.load_issues]
+    assert len(reasons) == 6 and all(i.file == str(m.journal_path) for i in fresh.load_issues)
+    assert "torn last line" in reasons[-1]
+
+
+def test_background_flush_survives_failures_and_reports_them(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    m = ConsumerOffsetManager(path, flush_interval_ms=5)
+    failed = threading.Event()
+    real_persist = m.persist
+    calls = {"n": 0}
+
+    def flaky(*, sync: bool = True) -> None:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            if calls["n"] == 3:
+                failed.set()
+            raise RuntimeError(f"disk on fire #{calls['n']}")
+        real_persist(sync=sync)
+
+    m.persist = flaky  # type: ignore[method-assign]
+    m.commit_offset("G", "T", 0, 1)
+    m.start()
+    try:
+        assert failed.wait(60)
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        m.stop()
+    assert m.flush_failures == 3
+    assert isinstance(m.last_flush_error, RuntimeError) and "#3" in str(m.last_flush_error)
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load() and fresh.query_offset("G", "T", 0) == 1
+
+
+def test_strict_decoder_and_lenient_reader_agree_on_good_files() -> None:
+    from rmq.offsets import read_offsets
+
+    java = JAVA_FILE.read_bytes()
+    decoded = read_offsets(java)
+    assert decoded.issues == []
+    assert (decoded.table, decoded.version) == decode_offsets(java)
+    bad = read_offsets(b'{"offsetTable":{"A@G":{0:1,1:-0.5},"B@G":{2:3}}}')
+    assert bad.table == {"A@G": {0: 1}, "B@G": {2: 3}} and [k for k, _ in bad.issues] == ["A@G"]
+    with pytest.raises(OffsetFileError) as info:
+        read_offsets(b'{"offsetTable":{"A@G":{0:1,}}}', "x.json")
+    assert isinstance(info.value, rmq.CorruptionError) and (info.value.path, info.value.offset) == ("x.json", 27)
+
+
+def test_a_torn_file_without_a_backup_keeps_the_entries_before_the_tear(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    m = ConsumerOffsetManager(path)
+    for i in range(8):
+        m.commit_offset(f"G{i}", "T", 0, 100 + i)
+    m.persist()
+    text = path.read_bytes()
+    cut = text.index(b'"T@G5"') + 9  # inside entry G5
+    path.write_bytes(text[:cut])
+    fresh = ConsumerOffsetManager(path)
+    assert fresh.load()
+    before = text[:cut].decode()
+    kept = {f"T@G{i}": {0: 100 + i} for i in range(8) if f'"T@G{i}":{{0:{100 + i}\n' in before}
+    assert fresh.table() == kept and len(kept) >= 1
+    assert any("salvaged" in i.reason for i in fresh.load_issues)
+    # Both files torn: the main file's entries first, then what only the (older) backup still has.
+    m.persist()
+    m.commit_offset("G0", "T", 0, 500)
+    m.persist()  # the previous file (G0 at 100) becomes .bak
+    main, bak = path.read_bytes(), (tmp_path / "consumerOffset.json.bak").read_bytes()
+    path.write_bytes(main[: main.index(b'"T@G1"')])
+    (tmp_path / "consumerOffset.json.bak").write_bytes(bak[: bak.index(b'"T@G6"')])
+    both = ConsumerOffsetManager(path)
+    assert both.load()
+    got = both.table()
+    in_main = {k for k in got if f'"{k}"'.encode() in main[: main.index(b'"T@G1"')]}
+    assert all(got[k] == m.table()[k] for k in in_main)  # newest offsets where the main file has them
+    assert "T@G6" not in got or b'"T@G6"' in main[: main.index(b'"T@G1"')]
+    assert len(got) > len(in_main)  # the backup filled in keys the tear took
+    # Nothing readable anywhere: False, empty, and both files reported.
+    path.write_bytes(b"\x00" * 40)
+    (tmp_path / "consumerOffset.json.bak").write_bytes(b"{")
+    nothing = ConsumerOffsetManager(path)
+    assert not nothing.load() and nothing.table() == {}
+    assert {i.file for i in nothing.load_issues} == {str(path), str(tmp_path / "consumerOffset.json.bak")}

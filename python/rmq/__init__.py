@@ -6,11 +6,13 @@ Open a directory with `MessageStore`, `put` messages, `read` them back by commit
 """
 
 from rmq._native import (
+    ArgumentTypeError,
     BoundaryType,
     CorruptionError,
     DiskFullError,
     GetMessageResult,
     GetMessageStatus,
+    InvalidArgumentError,
     InvalidConfigError,
     InvalidHostError,
     InvalidInputError,
@@ -43,6 +45,7 @@ from rmq.reput import ReputMessageService
 from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, StoreConfig
 
 __all__ = [
+    "ArgumentTypeError",
     "BoundaryType",
     "ConsumeContext",
     "ConsumeFromWhere",
@@ -53,6 +56,7 @@ __all__ = [
     "DiskFullError",
     "GetMessageResult",
     "GetMessageStatus",
+    "InvalidArgumentError",
     "InvalidConfigError",
     "InvalidHostError",
     "InvalidInputError",

@@ -9,7 +9,7 @@ Requires pyarrow (installed with `pip install rmq[spark]`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -112,6 +112,10 @@ def read_split(
 
     A record whose fields do not add up raises CorruptionError naming file and offset; when a `skipped` list is
     given it is left out instead and `(commitlog offset, length, reason)` is appended to the list."""
+    if schema is not None and not isinstance(schema, pa.Schema):
+        raise _native.ArgumentTypeError(f"schema must be a pyarrow.Schema or None, got {type(schema).__name__}")
+    if topics is not None and (isinstance(topics, str | bytes) or not isinstance(topics, Iterable)):
+        raise _native.ArgumentTypeError(f"topics must be a sequence of str or None, got {type(topics).__name__}")
     schema = schema if schema is not None else arrow_schema()
     reader = _native.SplitReader(
         path,
@@ -134,6 +138,14 @@ def read_split(
 
 
 def _binary_buffers(arr: pa.Array) -> tuple[Any, Any, Any, int, int]:
+    if not isinstance(arr, pa.Array | pa.ChunkedArray) or not (
+        pa.types.is_binary(arr.type)
+        or pa.types.is_string(arr.type)
+        or pa.types.is_large_binary(arr.type)
+        or pa.types.is_large_string(arr.type)
+    ):
+        what = f"an Arrow {arr.type} array" if isinstance(arr, pa.Array | pa.ChunkedArray) else type(arr).__name__
+        raise _native.ArgumentTypeError(f"expected an Arrow binary or string array, got {what}")
     if isinstance(arr, pa.ChunkedArray):
         arr = pa.concat_arrays(arr.chunks) if arr.num_chunks != 1 else arr.chunk(0)
     if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
@@ -150,6 +162,8 @@ def decode_records(records: pa.Array, columns: Sequence[str] = COLUMNS, *, stric
     """Decodes a binary array of whole commitlog records into a struct array of `columns`. A null input row gives a
     null row; bytes that are not exactly one record give a null row too, or with `strict` a ValueError naming
     the row."""
+    if isinstance(columns, str | bytes) or not isinstance(columns, Iterable):
+        raise _native.ArgumentTypeError(f"columns must be a sequence of column names, got {type(columns).__name__}")
     offsets, data, validity, offset, length = _binary_buffers(records)
     raw = _native.decode_records(offsets, data, validity, offset, length, columns=list(columns), strict=strict)
     schema = arrow_schema(columns)

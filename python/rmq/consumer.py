@@ -25,7 +25,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rmq._native import GetMessageStatus, MessageExt
+from rmq import _args, _native
+from rmq._native import ArgumentTypeError, GetMessageStatus, MessageExt
 from rmq.rebalance import MessageQueue
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 BROKER_NAME = "broker-a"
 #: `defaultTopicQueueNums`: queues a topic is taken to have before any message reaches them.
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+#: The most queues a topic may be configured to have (`queue_nums`, `topic_queue_nums`).
+MAX_TOPIC_QUEUE_NUMS = 1 << 16
 
 
 class PullStatus(enum.Enum):
@@ -113,7 +116,10 @@ class ArrivalWaiter:
 
         Returns whether there is one. Wakes on arrivals, never polls the store in between.
         """
-        deadline = time.monotonic() + timeout
+        _args.text(topic, "topic")
+        _args.java_int(queue_id, "queue_id")
+        _args.java_long(offset, "offset")
+        deadline = time.monotonic() + _args.seconds(timeout)
         with self._cond:
             while True:
                 store = self._store()
@@ -129,21 +135,26 @@ class ArrivalWaiter:
 
     def wait_arrival_since(self, seen: int, timeout: float) -> None:
         """Waits up to `timeout` seconds for an arrival anywhere, unless one came since `arrivals` was `seen`."""
+        timeout = _args.seconds(timeout)
         with self._cond:
             if self.arrivals == seen:
                 self._cond.wait(timeout)
 
 
 def as_queue(mq: MessageQueue | tuple[str, int]) -> MessageQueue:
-    """A `MessageQueue` of this store from either form."""
+    """A `MessageQueue` of this store from either form (`ArgumentTypeError` for anything else)."""
     if isinstance(mq, MessageQueue):
         return mq
+    if not isinstance(mq, tuple) or len(mq) != 2:
+        raise ArgumentTypeError(f"a queue is a MessageQueue or a (topic, queue_id) tuple, got {mq!r:.80}")
     topic, queue_id = mq
     return MessageQueue(topic, BROKER_NAME, queue_id)
 
 
 def topic_queues(store: MessageStore, topic: str, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> list[MessageQueue]:
-    """The topic's queues, sorted: those holding messages plus `0..queue_nums-1` (the configured count)."""
+    """The topic's queues, sorted: those holding messages plus `0..queue_nums-1` (the configured count, at most
+    `MAX_TOPIC_QUEUE_NUMS`)."""
+    queue_nums = _args.integer(queue_nums, "queue_nums", 0, MAX_TOPIC_QUEUE_NUMS)
     ids = set(store.queue_ids(topic)) | set(range(queue_nums))
     return [MessageQueue(topic, BROKER_NAME, q) for q in sorted(ids)]
 
@@ -154,8 +165,13 @@ class PullConsumer:
     """
 
     def __init__(self, store: MessageStore, group: str, *, offsets: ConsumerOffsetManager | None = None) -> None:
-        if not group:
-            raise ValueError("group must not be empty")
+        from rmq.offsets import ConsumerOffsetManager
+
+        if not isinstance(store, _native.MessageStore):
+            raise ArgumentTypeError(f"store must be an rmq.MessageStore, got {type(store).__name__}")
+        _args.name(group, "group")
+        if offsets is not None and not isinstance(offsets, ConsumerOffsetManager):
+            raise ArgumentTypeError(f"offsets must be a ConsumerOffsetManager or None, got {type(offsets).__name__}")
         self.store = store
         self.group = group
         self.offsets = offsets
@@ -170,8 +186,8 @@ class PullConsumer:
     ) -> PullResult:
         """One pull of up to `max_nums` messages from `offset` whose tag matches `subscription`."""
         q = as_queue(mq)
-        if max_nums < 1:
-            raise ValueError("max_nums must be at least 1")
+        _args.java_long(offset, "offset")
+        _args.positive(max_nums, "max_nums")
         r = self.store.get_message(self.group, q.topic, q.queue_id, offset, max_nums, subscription)
         status = pull_status(r.status, offset)
         msgs = r.messages if status == PullStatus.FOUND else []
@@ -185,9 +201,12 @@ class PullConsumer:
         subscription: str | None = "*",
         timeout: float = 15.0,
     ) -> PullResult:
-        """A long-polling pull: when nothing new is there, waits up to `timeout` seconds for an arrival."""
+        """A long-polling pull: when nothing new is there, waits up to `timeout` seconds for an arrival.
+
+        `timeout` must be finite and not negative (`InvalidArgumentError`).
+        """
         q = as_queue(mq)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + _args.seconds(timeout)
         while True:
             r = self.pull(q, offset, max_nums, subscription)
             remaining = deadline - time.monotonic()

@@ -3,7 +3,11 @@
 The table maps `topic@group` to {queue id: committed offset}, where the committed offset is the next queue offset
 the group will consume. The file is the one Apache RocketMQ's broker reads and writes (spec §9.2, §9.3): fastjson's
 pretty print with tab indentation, alphabetical bean properties, and integer map keys written *unquoted*
-(`{0:250,1:250\\n\\t\\t}`); the reader accepts quoted keys too, so strict-JSON tools may rewrite the file.
+(`{0:250,1:250\\n\\t\\t}`); the reader accepts quoted keys too, so strict-JSON tools may rewrite the file. The
+codec is Rust's (`src/offsets.rs`); this module keeps the locking and the persistence policy.
+
+Reading is tolerant: an entry or queue that cannot be read is left out, reported in `load_issues` and logged,
+and every good entry is kept (a damaged queue takes its older offset from `.bak` when that has it).
 
 Persistence is atomic: the new content goes to `<file>.tmp` and is fsynced, the current file is renamed to
 `<file>.bak`, the temp file renamed over `<file>`, then the directory fsynced. A crash at any point leaves either
@@ -19,13 +23,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rmq import _args, _native
+from rmq._native import ArgumentTypeError, CorruptionError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from rmq.store import MessageStore
@@ -34,9 +40,12 @@ __all__ = [
     "TOPIC_GROUP_SEPARATOR",
     "ConsumerOffsetManager",
     "DataVersion",
+    "DecodedOffsets",
     "OffsetFileError",
+    "OffsetIssue",
     "decode_offsets",
     "encode_offsets",
+    "read_offsets",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,11 +56,8 @@ TOPIC_GROUP_SEPARATOR = "@"
 JOURNAL_COMPACT_BYTES = 1 << 20
 """A journal larger than this is folded into a snapshot by the commit that crosses it."""
 
-_MAX_LONG = (1 << 63) - 1
-_MIN_LONG = -(1 << 63)
 
-
-class OffsetFileError(ValueError):
+class OffsetFileError(CorruptionError, ValueError):
     """A `consumerOffset.json` that cannot be decoded (the loader then falls back to `.bak`)."""
 
 
@@ -68,283 +74,66 @@ class DataVersion:
         self.timestamp = int(time.time() * 1000)
 
 
-# -- the file format ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OffsetIssue:
+    """Something `load()` left out: which file, which `topic@group` entry (None for the file as a whole or a
+    journal line), and why."""
+
+    file: str
+    key: str | None
+    reason: str
 
 
-def _java_hash(s: str) -> int:
-    """`String.hashCode()` over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+@dataclass(frozen=True)
+class DecodedOffsets:
+    """What `read_offsets` found: the good entries, the data version, and what was left out."""
+
+    table: dict[str, dict[int, int]]
+    version: DataVersion
+    issues: list[tuple[str | None, str]]
 
 
-def _bucket(key: str, table_size: int) -> int:
-    """The bin of `key` in a Java `HashMap`/`ConcurrentHashMap` of `table_size` bins (`spread(h) & (n - 1)`)."""
-    h = _java_hash(key) & 0xFFFFFFFF
-    return (h ^ (h >> 16)) & (table_size - 1)
-
-
-def _table_size(n: int, initial: int, *, concurrent: bool) -> int:
-    """Bins of a Java hash map created with `initial` bins after `n` insertions (load factor 0.75).
-
-    A `HashMap` grows when its size exceeds the threshold, a `ConcurrentHashMap` when it reaches it.
-    """
-    size = initial
-    while n >= size * 3 // 4 if concurrent else n > size * 3 // 4:
-        size *= 2
-    return size
-
-
-def _java_order(keys: Iterable[str], initial: int, *, concurrent: bool = False) -> list[str]:
-    """Keys in Java hash-map iteration order: by bin, then insertion order within a bin.
-
-    Exact while the map has not grown (a grown `ConcurrentHashMap` may reorder a bin; readers do not care).
-    """
-    ks = list(keys)
-    size = _table_size(len(ks), initial, concurrent=concurrent)
-    return sorted(ks, key=lambda k: _bucket(k, size))
-
-
-def _quote(s: str) -> str:
-    """A JSON string as fastjson writes it (control characters escaped, non-ASCII kept)."""
-    out = ['"']
-    for ch in s:
-        c = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
-        elif c < 0x20 or c == 0x7F:
-            out.append(f"\\u{c:04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+# -- the file format (the codec is Rust's: src/offsets.rs) ---------------------------------------------------
 
 
 def encode_offsets(table: Mapping[str, Mapping[int, int]], version: DataVersion) -> str:
     """`ConsumerOffsetManager.encode(true)`: the exact text fastjson 1.2.83 writes (spec §9.3).
 
-    `offsetTable` is written in the iteration order of the broker's `ConcurrentHashMap(512)` (1 024 bins) and
+    `offsetTable` is written in the iteration order of the broker's `ConcurrentHashMap(512)` and
     `groupTopicMap` in that of its `HashMap(128)` of `HashSet(8)`s, so the same commits made in the same order
-    encode to the same bytes as RocketMQ 5.3.1's broker (checked against it); queue ids ascend.
+    encode to the same bytes as RocketMQ 5.3.1's broker; queue ids ascend. Every key must be a `str`, every
+    queue id a Java int and every offset a Java long (`ArgumentTypeError` / `InvalidArgumentError`).
     """
-    lines = [
-        "{",
-        '\t"dataVersion":{',
-        f'\t\t"counter":{version.counter},',
-        f'\t\t"stateVersion":{version.state_version},',
-        f'\t\t"timestamp":{version.timestamp}',
-        "\t},",
-    ]
-    group_topics: dict[str, list[str]] = {}
-    for key in _java_order(table, 1024, concurrent=True):
-        parts = key.split(TOPIC_GROUP_SEPARATOR)
-        if len(parts) == 2:
-            group_topics.setdefault(parts[1], []).append(parts[0])
-    if group_topics:
-        lines.append('\t"groupTopicMap":{')
-        groups = _java_order(group_topics, 128)
-        for i, g in enumerate(groups):
-            topics = _java_order(dict.fromkeys(group_topics[g]), 8)
-            sep = "," if i + 1 < len(groups) else ""
-            lines.append(f"\t\t{_quote(g)}:[{','.join(_quote(t) for t in topics)}]{sep}")
-        lines.append("\t},")
-    else:
-        lines.append('\t"groupTopicMap":{},')
-    if table:
-        lines.append('\t"offsetTable":{')
-        keys = _java_order(table, 1024, concurrent=True)
-        for i, key in enumerate(keys):
-            queues = table[key]
-            body = ",".join(f"{q}:{queues[q]}" for q in sorted(queues))
-            sep = "," if i + 1 < len(keys) else ""
-            lines.append(f"\t\t{_quote(key)}:{{{body}" + ("\n\t\t}" if queues else "}") + sep)
-        lines.append("\t}")
-    else:
-        lines.append('\t"offsetTable":{}')
-    lines.append("}")
-    return "\n".join(lines)
+    return _native.encode_offsets(table, version.counter, version.state_version, version.timestamp)
 
 
-_TOKEN = re.compile(
-    r"""\s*(?:
-        (?P<punct>[{}\[\]:,])
-      | (?P<string>"(?:[^"\\]|\\.)*")
-      | (?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
-      | (?P<word>true|false|null)
-    )""",
-    re.VERBOSE | re.DOTALL,
-)
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+def read_offsets(data: bytes | str, path: str | os.PathLike[str] = "consumerOffset.json") -> DecodedOffsets:
+    """Reads `consumerOffset.json` keeping every good entry: a queue whose id or offset is unreadable, or an
+    entry that is not an object, is left out and listed in `issues`. Raises `OffsetFileError` (naming `path`
+    and the byte offset) only when the document is not JSON or its `offsetTable` is not an object.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    try:
+        table, (counter, state, ts), issues = _native.decode_offsets(raw, os.fspath(path))
+    except CorruptionError as e:
+        err = OffsetFileError(str(e))
+        err.status, err.path, err.offset = None, e.path, e.offset
+        raise err from None
+    return DecodedOffsets(table, DataVersion(counter, state, ts), issues)
 
 
-def _unescape(raw: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(raw):
-        ch = raw[i]
-        if ch != "\\":
-            out.append(ch)
-            i += 1
-            continue
-        esc = raw[i + 1]
-        if esc == "u":
-            out.append(chr(int(raw[i + 2 : i + 6], 16)))
-            i += 6
-        elif esc in _ESCAPES:
-            out.append(_ESCAPES[esc])
-            i += 2
-        else:
-            raise OffsetFileError(f"bad escape \\{esc}")
-    # Pairs of \uD8xx\uDCxx escapes become one character, as Java strings hold UTF-16.
-    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
-
-
-class _Parser:
-    """A small JSON reader that also takes fastjson's unquoted numeric object keys (`{0:250}`)."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens: list[tuple[str, str]] = []
-        pos = 0
-        text = text.rstrip()
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if m is None or m.end() == pos:
-                raise OffsetFileError(f"unexpected character at {pos}: {text[pos : pos + 20]!r}")
-            kind = m.lastgroup
-            assert kind is not None
-            self.tokens.append((kind, m.group(kind)))
-            pos = m.end()
-        self.i = 0
-
-    def _next(self) -> tuple[str, str]:
-        if self.i >= len(self.tokens):
-            raise OffsetFileError("unexpected end of file")
-        tok = self.tokens[self.i]
-        self.i += 1
-        return tok
-
-    def _expect(self, value: str) -> None:
-        kind, v = self._next()
-        if kind != "punct" or v != value:
-            raise OffsetFileError(f"expected {value!r}, got {v!r}")
-
-    def document(self) -> object:
-        value = self.value()
-        if self.i != len(self.tokens):
-            raise OffsetFileError("trailing content after the JSON document")
-        return value
-
-    def value(self) -> object:
-        kind, v = self._next()
-        if kind == "string":
-            return _unescape(v[1:-1])
-        if kind == "number":
-            return float(v) if any(c in v for c in ".eE") else int(v)
-        if kind == "word":
-            return {"true": True, "false": False, "null": None}[v]
-        if v == "{":
-            obj: dict[object, object] = {}
-            if self._peek() == "}":
-                self.i += 1
-                return obj
-            while True:
-                k_kind, k = self._next()
-                if k_kind == "string":
-                    key: object = _unescape(k[1:-1])
-                elif k_kind == "number":
-                    key = int(k)  # fastjson's unquoted integer key
-                else:
-                    raise OffsetFileError(f"bad object key {k!r}")
-                self._expect(":")
-                obj[key] = self.value()
-                kind, v = self._next()
-                if v == "}":
-                    return obj
-                if v != ",":
-                    raise OffsetFileError(f"expected ',' or '}}', got {v!r}")
-        if v == "[":
-            arr: list[object] = []
-            if self._peek() == "]":
-                self.i += 1
-                return arr
-            while True:
-                arr.append(self.value())
-                kind, v = self._next()
-                if v == "]":
-                    return arr
-                if v != ",":
-                    raise OffsetFileError(f"expected ',' or ']', got {v!r}")
-        raise OffsetFileError(f"unexpected {v!r}")
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.i][1] if self.i < len(self.tokens) else None
-
-
-def _as_long(v: object, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not _MIN_LONG <= v <= _MAX_LONG:
-        raise OffsetFileError(f"{what} is not a long: {v!r}")
-    return v
-
-
-def _as_queue_id(k: object) -> int:
-    if isinstance(k, str):
-        try:
-            k = int(k)
-        except ValueError:
-            raise OffsetFileError(f"queue id is not an integer: {k!r}") from None
-    if isinstance(k, bool) or not isinstance(k, int) or not -(1 << 31) <= k < 1 << 31:
-        raise OffsetFileError(f"queue id is not an int: {k!r}")
-    return k
-
-
-def decode_offsets(text: str) -> tuple[dict[str, dict[int, int]], DataVersion]:
-    """Parses `consumerOffset.json` (fastjson's unquoted integer keys or strict JSON); raises `OffsetFileError`.
+def decode_offsets(text: bytes | str) -> tuple[dict[str, dict[int, int]], DataVersion]:
+    """Parses `consumerOffset.json` (fastjson's unquoted integer keys or strict JSON) strictly: any entry that
+    `read_offsets` would leave out raises `OffsetFileError` too.
 
     Only `offsetTable` and `dataVersion` are read, as RocketMQ does; `groupTopicMap` and unknown properties are
     ignored.
     """
-    doc = _Parser(text).document()
-    if not isinstance(doc, dict):
-        raise OffsetFileError("the document is not an object")
-    version = DataVersion()
-    dv = doc.get("dataVersion")
-    if dv is not None:
-        if not isinstance(dv, dict):
-            raise OffsetFileError("dataVersion is not an object")
-        version = DataVersion(
-            counter=_as_long(dv.get("counter", 0), "dataVersion.counter"),
-            state_version=_as_long(dv.get("stateVersion", 0), "dataVersion.stateVersion"),
-            timestamp=_as_long(dv.get("timestamp", 0), "dataVersion.timestamp"),
-        )
-    table: dict[str, dict[int, int]] = {}
-    raw = doc.get("offsetTable")
-    if raw is None:
-        return table, version
-    if not isinstance(raw, dict):
-        raise OffsetFileError("offsetTable is not an object")
-    for key, queues in raw.items():
-        if not isinstance(key, str):
-            raise OffsetFileError(f"offsetTable key is not a string: {key!r}")
-        if queues is None:
-            continue
-        if not isinstance(queues, dict):
-            raise OffsetFileError(f"offsets of {key!r} are not an object")
-        table[key] = {_as_queue_id(q): _as_long(o, f"offset of {key}/{q}") for q, o in queues.items()}
-    return table, version
+    decoded = read_offsets(text)
+    if decoded.issues:
+        key, reason = decoded.issues[0]
+        raise OffsetFileError(f"{key}: {reason}" if key is not None else reason)
+    return decoded.table, decoded.version
 
 
 # -- the manager -------------------------------------------------------------------------------------------
@@ -366,20 +155,59 @@ def _key(topic: str, group: str) -> str:
     return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
 
+def _check_names(group: object, topic: object) -> tuple[str, str]:
+    """A group and a topic that form an unambiguous `topic@group` key: non-empty, storable, without `@`."""
+    g = _args.name(group, "group")
+    t = _args.name(topic, "topic")
+    for what, value in (("group", g), ("topic", t)):
+        if TOPIC_GROUP_SEPARATOR in value:
+            raise InvalidArgumentError(f"{what} {value!r} contains {TOPIC_GROUP_SEPARATOR!r}, the key separator")
+    return g, t
+
+
+def _check_lookup(group: object, topic: object) -> tuple[str, str]:
+    """A group and a topic for a lookup: any storable `str` (an unknown one simply finds nothing)."""
+    return _args.text(group, "group"), _args.text(topic, "topic")
+
+
+def _journal_entry(line: bytes) -> tuple[int, str, str, int, int]:
+    """One journal line `[tag, group, topic, queue_id, offset]`, checked as `commit_offset` checks a commit."""
+    entry = json.loads(line)
+    if not isinstance(entry, list) or len(entry) != 5:
+        raise ValueError("not a list of 5 fields")
+    tag, group, topic, queue_id, offset = entry
+    g, t = _check_names(group, topic)
+    return (
+        _args.java_long(tag, "tag"),
+        g,
+        t,
+        _args.queue_id(queue_id),
+        _args.java_long(offset, "offset"),
+    )
+
+
 class ConsumerOffsetManager:
     """Committed consumer offsets per (group, topic, queue), persisted to `consumerOffset.json`.
 
     Thread-safe. `start()` (or `start_thread=True`) persists every `flush_interval_ms` on a background thread,
-    as the broker does every `flushConsumerOffsetInterval` (5 s); `close()` stops it after a last persist.
+    as the broker does every `flushConsumerOffsetInterval` (5 s); `close()` stops it after a last persist. A
+    persist that fails there is counted in `flush_failures`, kept in `last_flush_error` and logged; the thread
+    keeps running and tries again at the next interval.
+
+    Every method checks its arguments: names are `str`s (a committed group or topic must be non-empty and must
+    not contain `@`), queue ids Java ints (not negative when committed), offsets Java longs. A wrong type raises
+    `rmq.ArgumentTypeError`, a bad value `rmq.InvalidArgumentError`, and nothing changes; so `persist()` never
+    writes what `load()` would reject.
     """
 
     def __init__(
         self, path: str | os.PathLike[str], *, flush_interval_ms: int = 5000, start_thread: bool = False
     ) -> None:
-        if flush_interval_ms <= 0:
-            raise ValueError(f"flush_interval_ms must be positive, got {flush_interval_ms}")
+        if not isinstance(path, str | os.PathLike):
+            raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         self.path = Path(path)
-        self.flush_interval_ms = flush_interval_ms
+        self.flush_interval_ms = _args.positive(flush_interval_ms, "flush_interval_ms")
+        start = _args.boolean(start_thread, "start_thread")
         self._lock = threading.Lock()  # guards the tables
         self._persist_lock = threading.Lock()  # one writer of the file at a time
         self._offsets: dict[str, dict[int, int]] = {}
@@ -394,7 +222,13 @@ class ConsumerOffsetManager:
         self._journal_since: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if start_thread:
+        #: What the last `load()` left out or fell back from (damaged entries, files, journal lines).
+        self.load_issues: list[OffsetIssue] = []
+        #: Background persists that failed (the thread keeps running).
+        self.flush_failures = 0
+        #: The exception of the last failed background persist, None if none failed.
+        self.last_flush_error: BaseException | None = None
+        if start:
             self.start()
 
     # -- files -----------------------------------------------------------------------------------------
@@ -403,61 +237,122 @@ class ConsumerOffsetManager:
     def bak_path(self) -> Path:
         return self.path.with_name(self.path.name + ".bak")
 
+    def _read(self, path: Path, issues: list[OffsetIssue], damaged: dict[Path, bytes]) -> DecodedOffsets | None:
+        """The file's good entries, or None (with the reason in `issues`) when it is missing or unreadable; the
+        bytes of a file that is not JSON go to `damaged`, for salvage."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            issues.append(OffsetIssue(str(path), None, f"cannot be read: {e}"))
+            return None
+        if not data.strip():
+            issues.append(OffsetIssue(str(path), None, "is empty"))
+            return None
+        try:
+            return read_offsets(data, path)
+        except OffsetFileError as e:
+            issues.append(OffsetIssue(str(path), None, f"is not a valid consumerOffset.json: {e}"))
+            damaged[path] = data
+            return None
+
     def load(self) -> bool:
         """Reads the file; a missing, empty or undecodable one is discarded and `<file>.bak` read instead.
 
-        Returns True when state was loaded or neither file exists (empty state), False when both files are
-        unreadable (the table is then empty and the bad files are left for inspection).
+        A damaged entry or queue does not discard the file: every good entry is loaded, the damaged ones are
+        taken from `<file>.bak` where it has them, and each is reported in `load_issues` (and logged as a
+        warning), as are damaged journal lines. When neither file is valid JSON (a torn or garbled file and no
+        intact backup), the entries that still parse are salvaged from both. Returns True when state was loaded
+        or neither file exists (empty state), False when nothing could be read (the table is then empty and the
+        bad files are left for inspection).
         """
-        for candidate in (self.path, self.bak_path):
-            try:
-                text = candidate.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                continue
-            except (OSError, UnicodeDecodeError) as e:
-                log.warning("cannot read %s: %s", candidate, e)
-                continue
-            if not text.strip():
-                log.warning("%s is empty; trying the backup", candidate)
-                continue
-            try:
-                table, version = decode_offsets(text)
-            except OffsetFileError as e:
-                log.warning("%s is not a valid consumerOffset.json (%s); trying the backup", candidate, e)
-                continue
+        issues: list[OffsetIssue] = []
+        damaged: dict[Path, bytes] = {}
+        main = self._read(self.path, issues, damaged)
+        chosen = main
+        if main is None or main.issues:
+            bak = self._read(self.bak_path, issues, damaged)
+            if main is None:
+                chosen = bak
+                if bak is not None:
+                    issues.append(OffsetIssue(str(self.bak_path), None, "loaded instead of the main file"))
+            elif bak is not None:
+                _fill_from_backup(main, bak)
+        if chosen is None and damaged:
+            chosen = self._salvage(damaged, issues)
+        if chosen is not None:
+            for key, reason in chosen.issues:
+                src = self.path if chosen is main else self.bak_path
+                issues.append(OffsetIssue(str(src), key, reason))
             with self._lock:
-                self._offsets = table
-                self._version = version
-                self._changes = self._replay_journal_locked(version.counter)
+                self._offsets = chosen.table
+                self._version = chosen.version
+                self._changes = self._replay_journal_locked(chosen.version.counter, issues)
                 self._seq += 1
-            if candidate != self.path:
-                log.warning("loaded consumer offsets from the backup %s", candidate)
+            self._report(issues)
             return True
         ok = not (self.path.exists() or self.bak_path.exists())
         with self._lock:
             self._offsets = {}
-            self._changes = self._replay_journal_locked(0) if ok else 0
+            self._changes = self._replay_journal_locked(0, issues) if ok else 0
             self._seq += 1
+        self._report(issues)
         return ok
 
-    def _replay_journal_locked(self, counter: int) -> int:
+    def _salvage(self, damaged: dict[Path, bytes], issues: list[OffsetIssue]) -> DecodedOffsets | None:
+        """The entries that still parse in the damaged files, the main file's first, then keys and queues only
+        the backup still has (older offsets redeliver; lost ones would skip messages). None if there are none."""
+        result: DecodedOffsets | None = None
+        for path in (self.path, self.bak_path):
+            data = damaged.get(path)
+            if data is None:
+                continue
+            table, (counter, state, ts), found = _native.salvage_offsets(data)
+            issues.extend(OffsetIssue(str(path), key, reason) for key, reason in found)
+            if not table:
+                continue
+            issues.append(OffsetIssue(str(path), None, f"salvaged {len(table)} entries from the damaged file"))
+            if result is None:
+                result = DecodedOffsets(table, DataVersion(counter, state, ts), [])
+            else:
+                for key, queues in table.items():
+                    mine = result.table.setdefault(key, {})
+                    for q, o in queues.items():
+                        mine.setdefault(q, o)
+        return result
+
+    def _report(self, issues: list[OffsetIssue]) -> None:
+        self.load_issues = issues
+        for i in issues:
+            where = f"{i.file} [{i.key}]" if i.key is not None else i.file
+            log.warning("consumer offsets: %s: %s", where, i.reason)
+
+    def _replay_journal_locked(self, counter: int, issues: list[OffsetIssue]) -> int:
         """Applies the journal's commits made on top of snapshot `counter` or later, in order; returns how many.
 
-        A torn last line (a crash mid-append) or a damaged line is skipped.
+        A torn last line (a crash mid-append) or a damaged line is skipped and reported in `issues`.
         """
         try:
             data = self.journal_path.read_bytes()
         except FileNotFoundError:
             return 0
+        except OSError as e:
+            issues.append(OffsetIssue(str(self.journal_path), None, f"cannot be read: {e}"))
+            return 0
         applied = 0
-        for line in data.split(b"\n"):
+        lines = data.split(b"\n")
+        for n, line in enumerate(lines, 1):
+            if not line:
+                continue
             try:
-                tag, group, topic, queue_id, offset = json.loads(line)
-            except (ValueError, TypeError):
+                tag, group, topic, queue_id, offset = _journal_entry(line)
+            except (ValueError, TypeError) as e:
+                torn = n == len(lines)
+                why = "torn last line (a crash during an append)" if torn else f"damaged line ({e})"
+                issues.append(OffsetIssue(str(self.journal_path), None, f"line {n} left out: {why}"))
                 continue
-            if not (isinstance(tag, int) and isinstance(group, str) and isinstance(topic, str)):
-                continue
-            if not (isinstance(queue_id, int) and isinstance(offset, int)) or tag < counter:
+            if tag < counter:
                 continue
             self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
             applied += 1
@@ -479,6 +374,7 @@ class ConsumerOffsetManager:
         With `sync=False` nothing is fsynced: the file still survives a process crash (the page cache does), and
         after a power loss `load()` falls back to the backup at worst; consumers then redeliver a little more.
         """
+        sync = _args.boolean(sync, "sync")
         with self._lock:
             wanted = self._seq
         with self._persist_lock:
@@ -558,7 +454,9 @@ class ConsumerOffsetManager:
         while not self._stop.wait(self.flush_interval_ms / 1000):
             try:
                 self.persist()
-            except OSError:
+            except Exception as e:  # the thread must outlive any failure: count it, keep it, retry
+                self.flush_failures += 1
+                self.last_flush_error = e
                 log.exception("persisting consumer offsets failed; retrying in %d ms", self.flush_interval_ms)
 
     def stop(self) -> None:
@@ -600,7 +498,10 @@ class ConsumerOffsetManager:
         `persist()`. The next `persist()` folds the journal into the snapshot; Apache RocketMQ reading the
         directory sees the snapshot (offsets at most that old: redelivery, never loss).
         """
-        _check_names(group, topic)
+        group, topic = _check_names(group, topic)
+        queue_id = _args.queue_id(queue_id)
+        offset = _args.java_long(offset, "offset")
+        journal = _args.boolean(journal, "journal")
         with self._lock:
             self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
             self._changes += 1
@@ -613,7 +514,8 @@ class ConsumerOffsetManager:
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, −1 when unknown; an assigned reset offset wins over it."""
-        key = _key(topic, group)
+        key = _key(*reversed(_check_lookup(group, topic)))
+        queue_id = _args.java_int(queue_id, "queue_id")
         with self._lock:
             reset = self._reset.get(key)
             if reset is not None and queue_id in reset:
@@ -622,8 +524,9 @@ class ConsumerOffsetManager:
 
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         """{queue id: committed offset} of the group on the topic (empty when unknown)."""
+        key = _key(*reversed(_check_lookup(group, topic)))
         with self._lock:
-            return dict(self._offsets.get(_key(topic, group), {}))
+            return dict(self._offsets.get(key, {}))
 
     def table(self) -> dict[str, dict[int, int]]:
         """A copy of the whole `offsetTable`."""
@@ -637,6 +540,7 @@ class ConsumerOffsetManager:
 
     def topics_of(self, group: str) -> set[str]:
         """Topics the group has committed offsets for (`whichTopicByConsumer`)."""
+        group = _args.text(group, "group")
         with self._lock:
             return {
                 p[0] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2 and p[1] == group
@@ -644,6 +548,7 @@ class ConsumerOffsetManager:
 
     def groups_of(self, topic: str) -> set[str]:
         """Groups that have committed offsets on the topic (`whichGroupByTopic`)."""
+        topic = _args.text(topic, "topic")
         with self._lock:
             return {
                 p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2 and p[0] == topic
@@ -651,6 +556,7 @@ class ConsumerOffsetManager:
 
     def remove_group(self, group: str) -> None:
         """`removeOffset(group)`: drops the group's committed, reset and pull offsets on every topic."""
+        group = _args.text(group, "group")
         with self._lock:
             for table in (self._offsets, self._reset, self._pull):
                 for key in [k for k in table if _group_of(k) == group]:
@@ -660,6 +566,7 @@ class ConsumerOffsetManager:
 
     def clean_topic(self, topic: str) -> None:
         """`cleanOffsetByTopic`: drops every group's offsets on exactly this topic."""
+        topic = _args.text(topic, "topic")
         with self._lock:
             for table in (self._offsets, self._reset, self._pull):
                 for key in [k for k in table if _topic_of(k) == topic]:
@@ -670,11 +577,16 @@ class ConsumerOffsetManager:
     def assign_reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """`assignResetOffset`: a server-side reset; it also overwrites the committed offset.
 
-        Empty names, a negative queue id or a negative offset are ignored, as RocketMQ does.
+        Empty names, a negative queue id or a negative offset are ignored, as RocketMQ does; wrong types and
+        values beyond Java's int and long raise as everywhere else.
         """
+        group, topic = _check_lookup(group, topic)
+        queue_id = _args.java_int(queue_id, "queue_id")
+        offset = _args.java_long(offset, "offset")
         if not group or not topic or queue_id < 0 or offset < 0:
-            log.warning("ignoring reset offset %s/%s/%d -> %d", group, topic, queue_id, offset)
+            log.warning("ignoring reset offset %r/%r/%d -> %d", group, topic, queue_id, offset)
             return
+        group, topic = _check_names(group, topic)
         key = _key(topic, group)
         with self._lock:
             self._reset.setdefault(key, {})[queue_id] = offset
@@ -683,12 +595,15 @@ class ConsumerOffsetManager:
             self._seq += 1
 
     def has_reset_offset(self, group: str, topic: str, queue_id: int) -> bool:
+        key = _key(*reversed(_check_lookup(group, topic)))
+        queue_id = _args.java_int(queue_id, "queue_id")
         with self._lock:
-            return queue_id in self._reset.get(_key(topic, group), {})
+            return queue_id in self._reset.get(key, {})
 
     def query_then_erase_reset_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The assigned reset offset, removed as it is read (one-shot); None when there is none."""
-        key = _key(topic, group)
+        key = _key(*reversed(_check_lookup(group, topic)))
+        queue_id = _args.java_int(queue_id, "queue_id")
         with self._lock:
             queues = self._reset.get(key)
             if queues is None or queue_id not in queues:
@@ -700,13 +615,16 @@ class ConsumerOffsetManager:
 
     def commit_pull_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """The next offset a (pop/lite-pull) client will pull, kept apart from the committed one."""
-        _check_names(group, topic)
+        group, topic = _check_names(group, topic)
+        queue_id = _args.queue_id(queue_id)
+        offset = _args.java_long(offset, "offset")
         with self._lock:
             self._pull.setdefault(_key(topic, group), {})[queue_id] = offset
 
     def query_pull_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The pull offset, else the committed offset, else −1."""
-        key = _key(topic, group)
+        key = _key(*reversed(_check_lookup(group, topic)))
+        queue_id = _args.java_int(queue_id, "queue_id")
         with self._lock:
             pull = self._pull.get(key)
             if pull is not None and queue_id in pull:
@@ -714,8 +632,9 @@ class ConsumerOffsetManager:
         return self.query_offset(group, topic, queue_id)
 
     def clear_pull_offset(self, group: str, topic: str) -> None:
+        key = _key(*reversed(_check_lookup(group, topic)))
         with self._lock:
-            self._pull.pop(_key(topic, group), None)
+            self._pull.pop(key, None)
 
     def reset_offset_by_time(
         self,
@@ -736,7 +655,17 @@ class ConsumerOffsetManager:
         """
         from rmq._native import BoundaryType
 
-        ids = sorted(set(queue_ids)) if queue_ids is not None else store.queue_ids(topic)
+        if not isinstance(store, _native.MessageStore):
+            raise ArgumentTypeError(f"store must be an rmq.MessageStore, got {type(store).__name__}")
+        group, topic = _check_names(group, topic)
+        timestamp = _args.java_long(timestamp, "timestamp")
+        force = _args.boolean(force, "force")
+        if queue_ids is None:
+            ids = store.queue_ids(topic)
+        elif isinstance(queue_ids, Iterable) and not isinstance(queue_ids, str | bytes):
+            ids = sorted({_args.queue_id(q, "queue_ids item") for q in queue_ids})
+        else:
+            raise ArgumentTypeError(f"queue_ids must be an iterable of int, got {type(queue_ids).__name__}")
         result: dict[int, int] = {}
         for qid in ids:
             if timestamp == -1:
@@ -750,6 +679,17 @@ class ConsumerOffsetManager:
         return result
 
 
+def _fill_from_backup(main: DecodedOffsets, bak: DecodedOffsets) -> None:
+    """Queues of entries damaged in `main` that `bak` still has: an older offset redelivers, a lost one skips."""
+    damaged = {key for key, _ in main.issues if key is not None}
+    for key in damaged:
+        older = bak.table.get(key)
+        if older:
+            queues = main.table.setdefault(key, {})
+            for q, o in older.items():
+                queues.setdefault(q, o)
+
+
 def _group_of(key: str) -> str | None:
     parts = key.split(TOPIC_GROUP_SEPARATOR)
     return parts[1] if len(parts) == 2 else None
@@ -758,8 +698,3 @@ def _group_of(key: str) -> str | None:
 def _topic_of(key: str) -> str | None:
     parts = key.split(TOPIC_GROUP_SEPARATOR)
     return parts[0] if len(parts) == 2 else None
-
-
-def _check_names(group: str, topic: str) -> None:
-    if not group or not topic:
-        raise ValueError("group and topic must be non-empty")

@@ -31,8 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rmq._native import BoundaryType, MessageExt
-from rmq.consumer import ArrivalWaiter, PullStatus, pull_status, topic_queues
+from rmq import _args, _native
+from rmq._native import ArgumentTypeError, BoundaryType, MessageExt
+from rmq.consumer import MAX_TOPIC_QUEUE_NUMS, ArrivalWaiter, PullStatus, pull_status, topic_queues
 from rmq.rebalance import AllocateMessageQueueAveragely, AllocateStrategy, MessageQueue, allocate_sorted
 
 if TYPE_CHECKING:
@@ -170,6 +171,40 @@ class _Group:
                 m._apply_allocation(plan)
 
 
+def _check_push_args(a: dict[str, object]) -> None:
+    """Checks `PushConsumer`'s arguments: typed errors, nothing started."""
+    from rmq.offsets import ConsumerOffsetManager
+
+    def instance(name: str, cls: type | tuple[type, ...], what: str) -> None:
+        if not isinstance(a[name], cls):
+            raise ArgumentTypeError(f"{name} must be {what}, got {type(a[name]).__name__}")
+
+    instance("store", _native.MessageStore, "an rmq.MessageStore")
+    _args.name(a["group"], "group")
+    _args.name(a["topic"], "topic")
+    if not callable(a["listener"]):
+        raise ArgumentTypeError(f"listener must be callable, got {type(a['listener']).__name__}")
+    instance("offsets", ConsumerOffsetManager, "a ConsumerOffsetManager")
+    _args.text(a["subscription"], "subscription")
+    if a["consumer_id"] is not None:
+        _args.name(a["consumer_id"], "consumer_id")
+    if a["strategy"] is not None:
+        instance("strategy", AllocateStrategy, "an AllocateStrategy or None")
+    for name in ("consume_thread_nums", "consume_message_batch_max_size", "pull_batch_size"):
+        _args.positive(a[name], name, 1 << 16)
+    _args.positive(a["pull_threshold_for_queue"], "pull_threshold_for_queue")
+    _args.integer(a["max_reconsume_times"], "max_reconsume_times", 0, _args.JAVA_INT_MAX)
+    instance("consume_from_where", ConsumeFromWhere, "a ConsumeFromWhere")
+    if a["consume_timestamp"] is not None:
+        _args.java_long(a["consume_timestamp"], "consume_timestamp")
+    elif a["consume_from_where"] is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        raise _native.InvalidArgumentError("CONSUME_FROM_TIMESTAMP needs consume_timestamp")
+    _args.boolean(a["persist_offsets_each_batch"], "persist_offsets_each_batch")
+    _args.positive(a["topic_queue_nums"], "topic_queue_nums", MAX_TOPIC_QUEUE_NUMS)
+    if _args.seconds(a["poll_timeout"], "poll_timeout") == 0:
+        raise _native.InvalidArgumentError("poll_timeout must be positive")
+
+
 _ids = itertools.count()
 FLOW_CONTROL_DELAY = 0.05
 """Seconds before a throttled queue is pulled again (`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL` = 50 ms)."""
@@ -205,12 +240,7 @@ class PushConsumer:
         topic_queue_nums: int = 4,
         poll_timeout: float = 5.0,
     ) -> None:
-        if not group or not topic:
-            raise ValueError("group and topic must not be empty")
-        if consume_thread_nums < 1 or consume_message_batch_max_size < 1 or pull_batch_size < 1:
-            raise ValueError("thread count, batch sizes must be at least 1")
-        if consume_from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP and consume_timestamp is None:
-            raise ValueError("CONSUME_FROM_TIMESTAMP needs consume_timestamp")
+        _check_push_args(locals())
         self.store = store
         self.group = group
         self.topic = topic

@@ -17,11 +17,15 @@ Errors: RocketMQ's `IllegalArgumentException`s, and the cases where the Java cod
 from __future__ import annotations
 
 import hashlib
+import inspect
 from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from rmq import _args
+from rmq._native import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
     "STRATEGIES",
@@ -42,8 +46,9 @@ __all__ = [
 ]
 
 
-class RebalanceError(ValueError):
-    """Invalid allocation input or configuration (RocketMQ's `IllegalArgumentException`)."""
+class RebalanceError(InvalidArgumentError):
+    """Invalid allocation input or configuration (RocketMQ's `IllegalArgumentException`); an
+    `rmq.InvalidArgumentError`, so also a `ValueError`."""
 
 
 @dataclass(frozen=True, order=True)
@@ -59,6 +64,11 @@ class MessageQueue:
     topic: str
     broker_name: str
     queue_id: int
+
+    def __post_init__(self) -> None:
+        _args.text(self.topic, "topic")
+        _args.text(self.broker_name, "broker_name")
+        _args.java_int(self.queue_id, "queue_id")
 
     def __str__(self) -> str:
         """RocketMQ's `MessageQueue.toString()`; the consistent-hash strategy hashes this text."""
@@ -112,13 +122,45 @@ def allocate_sorted(
 
     The result therefore does not depend on the order in which this consumer learned of queues or peers.
     """
-    mqs = sorted(mq_all, key=MessageQueue.java_sort_key)
-    cids = sorted(cid_all, key=java_string_key)
+    if not isinstance(strategy, AllocateStrategy):
+        raise ArgumentTypeError(f"strategy must be an AllocateStrategy, got {type(strategy).__name__}")
+    _args.text(consumer_group, "consumer_group")
+    mqs = sorted(_queues(mq_all), key=MessageQueue.java_sort_key)
+    cids = sorted(_cids(cid_all), key=java_string_key)
     return strategy.allocate(consumer_group, current_cid, mqs, cids)
 
 
+def _queues(mq_all: object) -> list[MessageQueue]:
+    """`mq_all` as a list, every item a `MessageQueue` (`ArgumentTypeError` otherwise)."""
+    if not isinstance(mq_all, Iterable) or isinstance(mq_all, str | bytes):
+        raise ArgumentTypeError(f"mq_all must be an iterable of MessageQueue, got {type(mq_all).__name__}")
+    out = list(mq_all)
+    for mq in out:
+        if not isinstance(mq, MessageQueue):
+            raise ArgumentTypeError(f"mq_all items must be MessageQueue, got {type(mq).__name__}")
+    return out
+
+
+def _cids(cid_all: object) -> list[str]:
+    """`cid_all` as a list, every item a `str` (`ArgumentTypeError` otherwise)."""
+    if not isinstance(cid_all, Iterable) or isinstance(cid_all, str | bytes):
+        raise ArgumentTypeError(f"cid_all must be an iterable of str, got {type(cid_all).__name__}")
+    out = list(cid_all)
+    for cid in out:
+        if not isinstance(cid, str):
+            raise ArgumentTypeError(f"cid_all items must be str, got {type(cid).__name__}")
+    return out
+
+
 def _check(current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> bool:
-    """RocketMQ's common precondition check: raises on empty input, False if `current_cid` is not a member."""
+    """RocketMQ's common precondition check: raises on empty input, False if `current_cid` is not a member.
+
+    Wrong types raise `ArgumentTypeError`.
+    """
+    if not isinstance(current_cid, str):
+        raise ArgumentTypeError(f"current_cid must be a str, got {type(current_cid).__name__}")
+    _queues(mq_all)
+    _cids(cid_all)
     if not current_cid:
         raise RebalanceError("currentCID is empty")
     if not mq_all:
@@ -188,7 +230,7 @@ class AllocateMessageQueueByConfig(AllocateStrategy):
     """
 
     def __init__(self, queues: Iterable[MessageQueue]) -> None:
-        self._queues = tuple(queues)
+        self._queues = tuple(_queues(queues))
 
     @property
     def name(self) -> str:
@@ -221,7 +263,7 @@ class AllocateMessageQueueByMachineRoom(AllocateStrategy):
     """
 
     def __init__(self, consumeridcs: Iterable[str] | None = None) -> None:
-        self._consumeridcs = frozenset(consumeridcs) if consumeridcs is not None else frozenset()
+        self._consumeridcs = frozenset(_cids(consumeridcs)) if consumeridcs is not None else frozenset()
 
     @property
     def name(self) -> str:
@@ -263,6 +305,8 @@ def md5_hash(key: str) -> int:
 
     A lone surrogate is encoded as "?", as Java's `String.getBytes` does.
     """
+    if not isinstance(key, str):
+        raise ArgumentTypeError(f"key must be a str, got {type(key).__name__}")
     digest = hashlib.md5(key.encode("utf-8", "replace"), usedforsecurity=False).digest()
     return int.from_bytes(digest[:4], "big")
 
@@ -279,8 +323,13 @@ class AllocateMessageQueueConsistentHash(AllocateStrategy):
     """
 
     def __init__(self, virtual_node_cnt: int = 10, hash_function: Callable[[str], int] | None = None) -> None:
+        if isinstance(virtual_node_cnt, bool) or not isinstance(virtual_node_cnt, int):
+            raise ArgumentTypeError(f"virtual_node_cnt must be an int, got {type(virtual_node_cnt).__name__}")
         if virtual_node_cnt < 0:
             raise RebalanceError(f"illegal virtualNodeCnt :{virtual_node_cnt}")
+        _args.java_int(virtual_node_cnt, "virtual_node_cnt")
+        if hash_function is not None and not callable(hash_function):
+            raise ArgumentTypeError(f"hash_function must be callable, got {type(hash_function).__name__}")
         self._virtual_node_cnt = virtual_node_cnt
         self._hash = hash_function if hash_function is not None else md5_hash
 
@@ -354,6 +403,8 @@ class AllocateMachineRoomNearby(AllocateStrategy):
     def __init__(self, inner: AllocateStrategy, resolver: MachineRoomResolver) -> None:
         if inner is None:
             raise RebalanceError("allocateMessageQueueStrategy is null")
+        if not isinstance(inner, AllocateStrategy):
+            raise ArgumentTypeError(f"inner must be an AllocateStrategy, got {type(inner).__name__}")
         if resolver is None:
             raise RebalanceError("machineRoomResolver is null")
         self._inner = inner
@@ -419,6 +470,7 @@ def strategy_by_name(name: str, **kwargs: Any) -> AllocateStrategy:
     `MACHINE_ROOM_NEARBY-<inner>` needs a `resolver` keyword; the other keywords go to the inner strategy.
     Raises `RebalanceError` for an unknown name or a missing resolver.
     """
+    _args.text(name, "name")
     if name.startswith(_NEARBY_PREFIX):
         resolver = kwargs.pop("resolver", None)
         if resolver is None:
@@ -428,4 +480,8 @@ def strategy_by_name(name: str, **kwargs: Any) -> AllocateStrategy:
     if factory is None:
         known = ", ".join([*STRATEGIES, _NEARBY_PREFIX + "<inner>"])
         raise RebalanceError(f"unknown allocation strategy {name!r} (known: {known})")
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as e:
+        raise ArgumentTypeError(f"{name}: {e}") from None
     return factory(**kwargs)

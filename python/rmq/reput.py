@@ -12,6 +12,9 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rmq import _args, _native
+from rmq._native import ArgumentTypeError, InvalidArgumentError
+
 if TYPE_CHECKING:
     from rmq.store import MessageStore
 
@@ -31,8 +34,11 @@ class ReputMessageService:
     """
 
     def __init__(self, store: MessageStore, *, batch_size: int = 4096, idle_wait: float = 1.0) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
+        if not isinstance(store, _native.MessageStore):
+            raise ArgumentTypeError(f"store must be an rmq.MessageStore, got {type(store).__name__}")
+        _args.positive(batch_size, "batch_size")
+        if _args.seconds(idle_wait, "idle_wait") == 0:
+            raise InvalidArgumentError("idle_wait must be positive")
         self._store = weakref.ref(store)
         self._batch_size = batch_size
         self._idle_wait = idle_wait
@@ -48,6 +54,8 @@ class ReputMessageService:
 
     def add_listener(self, listener: ArrivalListener) -> None:
         """Calls `listener(topic, queue_id, next_offset)` after each batch that adds entries to a queue."""
+        if not callable(listener):
+            raise ArgumentTypeError(f"listener must be callable, got {type(listener).__name__}")
         with self._lock:
             self._listeners = [*self._listeners, listener]
 
@@ -71,7 +79,9 @@ class ReputMessageService:
         self._thread.start()
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Asks the thread to stop, wakes it, and waits for it."""
+        """Asks the thread to stop, wakes it, and waits for it: at most `timeout` seconds (None: no limit)."""
+        if timeout is not None:
+            timeout = _args.seconds(timeout)
         self._stop.set()
         store = self._store()
         if store is not None and not store.closed:

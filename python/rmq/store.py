@@ -7,7 +7,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
-from rmq import _native
+from rmq import _args, _native
+from rmq._native import ArgumentTypeError, InvalidConfigError
 from rmq.reput import ReputMessageService
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
@@ -80,8 +81,14 @@ class StoreConfig:
     def from_properties(cls, props: Mapping[str, str]) -> StoreConfig:
         """Builds a config from RocketMQ-style `camelCase` properties (as in `broker.conf`).
 
-        Keys that rmq does not use are ignored; `brokerIP1` and `listenPort` form `store_host`.
+        Keys that rmq does not use are ignored; `brokerIP1` and `listenPort` form `store_host`. A value that does
+        not parse as its setting's type raises `InvalidConfigError`.
         """
+        if not isinstance(props, Mapping):
+            raise ArgumentTypeError(f"props must be a Mapping[str, str], got {type(props).__name__}")
+        for k, v in props.items():
+            _args.text(k, "property name")
+            _args.text(v, f"property {k}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         camel = {_camel(name): name for name in fields}
         kwargs: dict[str, Any] = {}
@@ -89,7 +96,10 @@ class StoreConfig:
             name = camel.get(key)
             if name is None or name == "store_host":
                 continue
-            kwargs[name] = _parse_like(getattr(cls, name), text)
+            try:
+                kwargs[name] = _parse_like(getattr(cls, name), text)
+            except ValueError:
+                raise InvalidConfigError(f"{key}={text!r} is not a valid {name}") from None
         if "brokerIP1" in props or "listenPort" in props:
             host, _, port = cls.store_host.rpartition(":")
             kwargs["store_host"] = f"{props.get('brokerIP1', host)}:{props.get('listenPort', port)}"
@@ -155,6 +165,11 @@ class MessageStore(_native.MessageStore):
         start_reput: bool = True,
         recovery: Recovery = "strict",
     ) -> MessageStore:
+        if config is not None and not isinstance(config, StoreConfig):
+            raise ArgumentTypeError(f"config must be an rmq.StoreConfig or None, got {type(config).__name__}")
+        _args.boolean(start_reput, "start_reput")
+        if not isinstance(path, str | os.PathLike):
+            raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         cfg = config if config is not None else StoreConfig()
         return super().__new__(cls, os.fspath(path), cfg.to_native(), recovery)
 
@@ -186,8 +201,10 @@ class MessageStore(_native.MessageStore):
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
         """Waits until every message put before the call is in its consume queue and the index.
 
-        Without a running reput service, dispatches on the calling thread instead. Returns False on timeout.
+        Without a running reput service, dispatches on the calling thread instead. Returns False on timeout;
+        `timeout` (seconds) must be finite and not negative.
         """
+        timeout = _args.seconds(timeout)
         if not self.reput.running:
             self.dispatch_all()
             return True
@@ -208,7 +225,15 @@ class MessageStore(_native.MessageStore):
     def iter_queue(
         self, topic: str, queue_id: int, from_offset: int = 0, *, batch: int = 1024
     ) -> Iterator[ConsumeQueueEntry]:
-        """The consume-queue entries of (topic, queue_id) from `from_offset` (clamped to the min offset)."""
+        """The consume-queue entries of (topic, queue_id) from `from_offset` (clamped to the min offset), read
+        `batch` entries at a time. The arguments are checked at the call, before the first entry is read."""
+        _args.text(topic, "topic")
+        _args.java_int(queue_id, "queue_id")
+        _args.java_long(from_offset, "from_offset")
+        _args.positive(batch, "batch")
+        return self._iter_queue(topic, queue_id, from_offset, batch)
+
+    def _iter_queue(self, topic: str, queue_id: int, from_offset: int, batch: int) -> Iterator[ConsumeQueueEntry]:
         offset = from_offset
         while True:
             entries = self._cq_entries(topic, queue_id, offset, batch)

@@ -5,12 +5,13 @@ use std::ffi::c_int;
 use std::path::PathBuf;
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use super::errors::to_py;
+use super::args;
+use super::errors::{invalid_argument, to_py};
 use crate::columnar::{self, Column, ColumnBatch, ColumnMask, RecordFilter, VarColumn};
 
 /// Bytes owned by Rust, exported read-only through the buffer protocol.
@@ -107,7 +108,7 @@ fn mask(columns: Option<Vec<String>>) -> PyResult<ColumnMask> {
     match columns {
         None => Ok(columnar::ALL_COLUMNS),
         Some(names) => columnar::mask_of(&names).map_err(|n| {
-            PyValueError::new_err(format!("unknown column {n:?}; the columns are {}", columnar::COLUMNS.join(", ")))
+            invalid_argument(format!("unknown column {n:?}; the columns are {}", columnar::COLUMNS.join(", ")))
         }),
     }
 }
@@ -130,17 +131,17 @@ impl SplitReader {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
-        base: i64,
-        start: u64,
-        end: u64,
-        columns: Option<Vec<String>>,
-        topics: Option<Vec<String>>,
-        min_store_ms: Option<i64>,
-        max_store_ms: Option<i64>,
-        skip_damage: bool,
-        max_rows: usize,
-        max_bytes: usize,
+        #[pyo3(from_py_with = args::path)] path: PathBuf,
+        #[pyo3(from_py_with = args::java_long)] base: i64,
+        #[pyo3(from_py_with = args::commitlog_offset)] start: u64,
+        #[pyo3(from_py_with = args::commitlog_offset)] end: u64,
+        #[pyo3(from_py_with = args::opt_strings)] columns: Option<Vec<String>>,
+        #[pyo3(from_py_with = args::opt_strings)] topics: Option<Vec<String>>,
+        #[pyo3(from_py_with = args::opt_java_long)] min_store_ms: Option<i64>,
+        #[pyo3(from_py_with = args::opt_java_long)] max_store_ms: Option<i64>,
+        #[pyo3(from_py_with = args::boolean)] skip_damage: bool,
+        #[pyo3(from_py_with = args::count_usize)] max_rows: usize,
+        #[pyo3(from_py_with = args::count_usize)] max_bytes: usize,
     ) -> PyResult<Self> {
         let mask = mask(columns)?;
         let filter = RecordFilter { topics, min_store_ms, max_store_ms };
@@ -183,9 +184,9 @@ impl SplitReader {
 #[allow(clippy::type_complexity)]
 fn plan_commitlog(
     py: Python<'_>,
-    dir: PathBuf,
-    split_size: u64,
-    skip_damage: bool,
+    #[pyo3(from_py_with = args::path)] dir: PathBuf,
+    #[pyo3(from_py_with = args::count_u64)] split_size: u64,
+    #[pyo3(from_py_with = args::boolean)] skip_damage: bool,
 ) -> PyResult<Vec<(String, i64, Vec<u64>, u64, Option<(i64, u64, String)>)>> {
     let plans = py.detach(|| columnar::plan_commitlog(&dir, split_size, skip_damage)).map_err(to_py)?;
     Ok(plans
@@ -200,7 +201,7 @@ fn plan_commitlog(
 #[allow(unsafe_code)]
 fn bytes_of(b: &PyBuffer<u8>) -> PyResult<&[u8]> {
     if !b.is_c_contiguous() {
-        return Err(PyBufferError::new_err("buffer must be contiguous"));
+        return Err(invalid_argument("buffer must be contiguous".to_owned()));
     }
     // SAFETY: the buffer is C-contiguous bytes (item type u8 checked by PyBuffer::get) and stays alive, with
     // its exporter, for as long as `b` (the returned slice borrows it). Arrow buffers are immutable.
@@ -218,7 +219,7 @@ fn arrow_rows<'a>(
 ) -> PyResult<Vec<Option<&'a [u8]>>> {
     let need = (offset + length + 1) * 4;
     if offsets.len() < need {
-        return Err(PyValueError::new_err(format!("offsets buffer holds {} bytes, {need} needed", offsets.len())));
+        return Err(invalid_argument(format!("offsets buffer holds {} bytes, {need} needed", offsets.len())));
     }
     let at = |i: usize| {
         let v = i32::from_le_bytes([offsets[i * 4], offsets[i * 4 + 1], offsets[i * 4 + 2], offsets[i * 4 + 3]]);
@@ -231,7 +232,7 @@ fn arrow_rows<'a>(
         match (valid, slice) {
             (false, _) => rows.push(None),
             (true, Some(b)) => rows.push(Some(b)),
-            (true, None) => return Err(PyValueError::new_err(format!("row {}: offsets out of range", r - offset))),
+            (true, None) => return Err(invalid_argument(format!("row {}: offsets out of range", r - offset))),
         }
     }
     Ok(rows)
@@ -244,20 +245,20 @@ fn arrow_rows<'a>(
 #[allow(clippy::too_many_arguments)]
 fn decode_records<'py>(
     py: Python<'py>,
-    offsets: PyBuffer<u8>,
-    data: PyBuffer<u8>,
-    validity: Option<PyBuffer<u8>>,
-    offset: usize,
-    length: usize,
-    columns: Option<Vec<String>>,
-    strict: bool,
+    #[pyo3(from_py_with = args::typed::<PyBuffer<u8>>)] offsets: PyBuffer<u8>,
+    #[pyo3(from_py_with = args::typed::<PyBuffer<u8>>)] data: PyBuffer<u8>,
+    #[pyo3(from_py_with = args::typed::<Option<PyBuffer<u8>>>)] validity: Option<PyBuffer<u8>>,
+    #[pyo3(from_py_with = args::count_usize)] offset: usize,
+    #[pyo3(from_py_with = args::count_usize)] length: usize,
+    #[pyo3(from_py_with = args::opt_strings)] columns: Option<Vec<String>>,
+    #[pyo3(from_py_with = args::boolean)] strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mask = mask(columns)?;
     let validity = validity.as_ref().map(bytes_of).transpose()?;
     let rows = arrow_rows(bytes_of(&offsets)?, bytes_of(&data)?, validity, offset, length)?;
     let batch = py
         .detach(|| columnar::decode_records(rows, mask, strict))
-        .map_err(|(row, why)| PyValueError::new_err(format!("row {row} is not a commitlog record: {why}")))?;
+        .map_err(|(row, why)| invalid_argument(format!("row {row} is not a commitlog record: {why}")))?;
     to_python(py, batch)
 }
 
@@ -267,11 +268,11 @@ fn decode_records<'py>(
 #[pyo3(signature = (offsets, data, validity, offset, length))]
 fn java_hash_strings<'py>(
     py: Python<'py>,
-    offsets: PyBuffer<u8>,
-    data: PyBuffer<u8>,
-    validity: Option<PyBuffer<u8>>,
-    offset: usize,
-    length: usize,
+    #[pyo3(from_py_with = args::typed::<PyBuffer<u8>>)] offsets: PyBuffer<u8>,
+    #[pyo3(from_py_with = args::typed::<PyBuffer<u8>>)] data: PyBuffer<u8>,
+    #[pyo3(from_py_with = args::typed::<Option<PyBuffer<u8>>>)] validity: Option<PyBuffer<u8>>,
+    #[pyo3(from_py_with = args::count_usize)] offset: usize,
+    #[pyo3(from_py_with = args::count_usize)] length: usize,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let validity = validity.as_ref().map(bytes_of).transpose()?;
     let rows = arrow_rows(bytes_of(&offsets)?, bytes_of(&data)?, validity, offset, length)?;

@@ -1,7 +1,7 @@
 //! The Python exception tree, rooted at `RmqError`, mirroring [`crate::Error`].
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError};
+use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -62,6 +62,52 @@ fn disk_full_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
         .map(|t| t.bind(py))
 }
 
+/// `InvalidArgumentError(InvalidInputError, ValueError)`: an argument's value is out of range.
+static INVALID_ARGUMENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// `ArgumentTypeError(InvalidInputError, TypeError)`: an argument has the wrong type.
+static ARGUMENT_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// A subclass of `InvalidInputError` and a builtin (`create_exception!` takes one base only).
+fn input_subclass<'py>(
+    py: Python<'py>,
+    name: &str,
+    builtin: Bound<'py, PyType>,
+    doc: &str,
+) -> PyResult<Bound<'py, PyType>> {
+    let bases = PyTuple::new(py, [py.get_type::<InvalidInputError>(), builtin])?;
+    let ns = PyDict::new(py);
+    ns.set_item("__doc__", doc)?;
+    ns.set_item("__module__", "rmq")?;
+    let ty = py.get_type::<PyType>().call1((name, bases, ns))?;
+    Ok(ty.cast_into::<PyType>()?)
+}
+
+/// An error of class `cell` (or `InvalidInputError` if the module was not initialised) with `message`, and
+/// the `status`, `path` and `offset` attributes every `RmqError` has (all None here).
+fn input_error(cell: &PyOnceLock<Py<PyType>>, message: String) -> PyErr {
+    Python::attach(|py| {
+        let err = match cell.get(py) {
+            Some(ty) => PyErr::from_type(ty.bind(py).clone(), message),
+            None => InvalidInputError::new_err(message),
+        };
+        let value = err.value(py);
+        for attr in ["status", "path", "offset"] {
+            let _ = value.setattr(attr, py.None());
+        }
+        err
+    })
+}
+
+/// `InvalidArgumentError`: a value out of range (also a `ValueError`); nothing was changed.
+pub(crate) fn invalid_argument(message: String) -> PyErr {
+    input_error(&INVALID_ARGUMENT, message)
+}
+
+/// `ArgumentTypeError`: a value of the wrong type (also a `TypeError`); nothing was changed.
+pub(crate) fn argument_type_error(message: String) -> PyErr {
+    input_error(&ARGUMENT_TYPE, message)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("DiskFullError", disk_full_type(py)?)?;
@@ -85,6 +131,17 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add("StoreClosedError", py.get_type::<StoreClosedError>())?;
     add("StoreLockedError", py.get_type::<StoreLockedError>())?;
     add("StorePoisonedError", py.get_type::<StorePoisonedError>())?;
+    let invalid = INVALID_ARGUMENT.get_or_try_init(py, || {
+        let doc = "An argument's value is out of range (NaN timeout, int beyond its Java type, lone surrogate); \
+                   nothing was changed.";
+        input_subclass(py, "InvalidArgumentError", py.get_type::<PyValueError>(), doc).map(Bound::unbind)
+    })?;
+    m.add("InvalidArgumentError", invalid.bind(py))?;
+    let wrong_type = ARGUMENT_TYPE.get_or_try_init(py, || {
+        let doc = "An argument has the wrong type (a bool for an int, a str for bytes); nothing was changed.";
+        input_subclass(py, "ArgumentTypeError", py.get_type::<PyTypeError>(), doc).map(Bound::unbind)
+    })?;
+    m.add("ArgumentTypeError", wrong_type.bind(py))?;
     Ok(())
 }
 

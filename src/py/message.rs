@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use super::args;
 use crate::commitlog::Record;
 use crate::java::decode_utf8_lossy;
 use crate::message::ids::offset_msg_id;
@@ -120,13 +121,13 @@ impl Message {
     #[new]
     #[pyo3(signature = (body, *, tags=None, keys=None, properties=None, flag=0))]
     fn new(
-        body: PyBackedBytes,
-        tags: Option<String>,
-        keys: Option<&Bound<'_, PyAny>>,
-        properties: Option<&Bound<'_, PyAny>>,
-        flag: i32,
+        #[pyo3(from_py_with = args::body)] body: PyBackedBytes,
+        #[pyo3(from_py_with = args::opt_string)] tags: Option<String>,
+        #[pyo3(from_py_with = args::keys)] keys: Option<String>,
+        #[pyo3(from_py_with = args::properties)] properties: Option<Vec<(String, String)>>,
+        #[pyo3(from_py_with = args::java_int)] flag: i32,
     ) -> PyResult<Self> {
-        Ok(Message { body, tags, keys: join_keys(keys)?, properties: extract_properties(properties)?, flag })
+        Ok(Message { body, tags, keys, properties: properties.unwrap_or_default(), flag })
     }
 
     #[getter]
@@ -162,34 +163,6 @@ impl Message {
             self.flag
         )
     }
-}
-
-/// `keys` given as one string (several keys separated by spaces) or a sequence of strings.
-pub(crate) fn join_keys(keys: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
-    let Some(keys) = keys else { return Ok(None) };
-    if keys.is_none() {
-        return Ok(None);
-    }
-    if let Ok(s) = keys.extract::<String>() {
-        return Ok(Some(s));
-    }
-    let parts: Vec<String> = keys.extract()?;
-    Ok(Some(parts.join(" ")))
-}
-
-/// A mapping of str to str, in iteration order.
-pub(crate) fn extract_properties(props: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
-    let Some(props) = props else { return Ok(Vec::new()) };
-    if props.is_none() {
-        return Ok(Vec::new());
-    }
-    let items = props.call_method0("items")?;
-    let mut out = Vec::new();
-    for item in items.try_iter()? {
-        let (k, v): (String, String) = item?.extract()?;
-        out.push((k, v));
-    }
-    Ok(out)
 }
 
 /// Read-only, zero-copy view of one stored record's bytes (buffer protocol). Keeps its segment mapped.

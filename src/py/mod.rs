@@ -1,11 +1,13 @@
 //! PyO3 bindings: the `rmq._native` extension module. Argument conversion, GIL release, errors and
 //! zero-copy buffers only; every rule lives in the core.
 
+mod args;
 mod columnar;
 mod errors;
 mod fault;
 mod get;
 mod message;
+mod offsets;
 mod store;
 
 use pyo3::prelude::*;
@@ -20,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     columnar::register(m)?;
     fault::register(m)?;
+    offsets::register(m)?;
     Ok(())
 }

@@ -6,16 +6,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyMapping, PyString};
 
+use super::args;
 use super::errors::to_py;
 use super::get::GetMessageResult;
-use super::message::{
-    extract_properties, join_keys, BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType,
-};
+use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType};
 use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{BrokerRole, FlushDiskType, StoreConfig};
 use crate::error::Error;
@@ -27,25 +25,60 @@ type Arrival = (String, i32, i64);
 /// Records fetched per detached call while scanning.
 const SCAN_BATCH: usize = 256;
 
+/// `born_host` when the caller gives none.
+const DEFAULT_BORN_HOST: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0));
+
 fn parse_host(text: &str) -> PyResult<SocketAddr> {
     text.parse::<SocketAddr>().map_err(|_| to_py(Error::InvalidHost(text.to_owned())))
 }
 
-fn config_from_dict(d: Option<&Bound<'_, PyDict>>) -> PyResult<StoreConfig> {
+/// A host argument: a `str` of the form `ip:port` or `[ipv6]:port`.
+fn host(obj: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
+    parse_host(&args::text(obj)?)
+}
+
+/// A setting's value as an int of the field's type: an `int` (not a bool) in the type's range.
+fn int_setting<T: TryFrom<i128>>(key: &str, v: &Bound<'_, PyAny>) -> PyResult<T> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(args::argument_type_error_for(&format!("setting {key} must be an int"), v));
+    }
+    let n: i128 = v.extract().map_err(|_| to_py(Error::InvalidConfig(format!("{key} = {v} is out of range"))))?;
+    T::try_from(n).map_err(|_| to_py(Error::InvalidConfig(format!("{key} = {n} is out of range"))))
+}
+
+/// A setting's value as a bool.
+fn bool_setting(key: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.cast::<PyBool>()
+        .map(|b| b.is_true())
+        .map_err(|_| args::argument_type_error_for(&format!("setting {key} must be a bool"), v))
+}
+
+/// A setting's value as a str.
+fn str_setting(key: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    if !v.is_instance_of::<PyString>() {
+        return Err(args::argument_type_error_for(&format!("setting {key} must be a str"), v));
+    }
+    Ok(args::text(v)?.to_string())
+}
+
+fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
     let mut c = StoreConfig::default();
-    let Some(d) = d else { return Ok(c) };
-    for (k, v) in d.iter() {
-        let key: String = k.extract()?;
+    let Some(d) = d.filter(|d| !d.is_none()) else { return Ok(c) };
+    let d = d.cast::<PyMapping>().map_err(|_| args::argument_type_error_for("config must be a mapping", d))?;
+    for item in d.items()?.iter() {
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        let key = str_setting("names", &k)?;
+        let v = &v;
         let cl = &mut c.commit_log;
         match key.as_str() {
-            "mapped_file_size_commit_log" => cl.mapped_file_size_commit_log = v.extract()?,
-            "max_message_size" => cl.max_message_size = v.extract()?,
-            "enabled_append_prop_crc" => cl.enabled_append_prop_crc = v.extract()?,
-            "force_verify_prop_crc" => cl.force_verify_prop_crc = v.extract()?,
-            "auto_message_version_on_topic_len" => cl.auto_message_version_on_topic_len = v.extract()?,
-            "check_crc_on_recover" => cl.check_crc_on_recover = v.extract()?,
+            "mapped_file_size_commit_log" => cl.mapped_file_size_commit_log = int_setting(&key, v)?,
+            "max_message_size" => cl.max_message_size = int_setting(&key, v)?,
+            "enabled_append_prop_crc" => cl.enabled_append_prop_crc = bool_setting(&key, v)?,
+            "force_verify_prop_crc" => cl.force_verify_prop_crc = bool_setting(&key, v)?,
+            "auto_message_version_on_topic_len" => cl.auto_message_version_on_topic_len = bool_setting(&key, v)?,
+            "check_crc_on_recover" => cl.check_crc_on_recover = bool_setting(&key, v)?,
             "flush_disk_type" => {
-                cl.flush_disk_type = match v.extract::<String>()?.as_str() {
+                cl.flush_disk_type = match str_setting(&key, v)?.as_str() {
                     "ASYNC_FLUSH" => FlushDiskType::AsyncFlush,
                     "SYNC_FLUSH" => FlushDiskType::SyncFlush,
                     other => {
@@ -55,28 +88,34 @@ fn config_from_dict(d: Option<&Bound<'_, PyDict>>) -> PyResult<StoreConfig> {
                     }
                 }
             }
-            "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = v.extract()?,
-            "max_hash_slot_num" => c.index.max_hash_slot_num = v.extract()?,
-            "max_index_num" => c.index.max_index_num = v.extract()?,
-            "max_msgs_num_batch" => c.index.max_msgs_num_batch = v.extract()?,
-            "message_index_enable" => c.message_index_enable = v.extract()?,
-            "message_delay_level" => c.message_delay_level = v.extract()?,
-            "store_host" => c.broker.store_host = parse_host(&v.extract::<String>()?)?,
-            "broker_cluster_name" => c.broker.broker_cluster_name = v.extract()?,
+            "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = int_setting(&key, v)?,
+            "max_hash_slot_num" => c.index.max_hash_slot_num = int_setting(&key, v)?,
+            "max_index_num" => c.index.max_index_num = int_setting(&key, v)?,
+            "max_msgs_num_batch" => c.index.max_msgs_num_batch = int_setting(&key, v)?,
+            "message_index_enable" => c.message_index_enable = bool_setting(&key, v)?,
+            "message_delay_level" => c.message_delay_level = str_setting(&key, v)?,
+            "store_host" => c.broker.store_host = parse_host(&str_setting(&key, v)?)?,
+            "broker_cluster_name" => {
+                c.broker.broker_cluster_name = if v.is_none() { None } else { Some(str_setting(&key, v)?) }
+            }
             "max_transfer_bytes_on_message_in_memory" => {
-                c.read.max_transfer_bytes_on_message_in_memory = v.extract()?
+                c.read.max_transfer_bytes_on_message_in_memory = int_setting(&key, v)?
             }
             "max_transfer_count_on_message_in_memory" => {
-                c.read.max_transfer_count_on_message_in_memory = v.extract()?
+                c.read.max_transfer_count_on_message_in_memory = int_setting(&key, v)?
             }
-            "max_transfer_bytes_on_message_in_disk" => c.read.max_transfer_bytes_on_message_in_disk = v.extract()?,
-            "max_transfer_count_on_message_in_disk" => c.read.max_transfer_count_on_message_in_disk = v.extract()?,
-            "access_message_in_memory_max_ratio" => c.read.access_message_in_memory_max_ratio = v.extract()?,
-            "max_filter_message_size" => c.read.max_filter_message_size = v.extract()?,
-            "travel_cq_file_num_when_get_message" => c.read.travel_cq_file_num_when_get_message = v.extract()?,
-            "offset_check_in_slave" => c.read.offset_check_in_slave = v.extract()?,
+            "max_transfer_bytes_on_message_in_disk" => {
+                c.read.max_transfer_bytes_on_message_in_disk = int_setting(&key, v)?
+            }
+            "max_transfer_count_on_message_in_disk" => {
+                c.read.max_transfer_count_on_message_in_disk = int_setting(&key, v)?
+            }
+            "access_message_in_memory_max_ratio" => c.read.access_message_in_memory_max_ratio = int_setting(&key, v)?,
+            "max_filter_message_size" => c.read.max_filter_message_size = int_setting(&key, v)?,
+            "travel_cq_file_num_when_get_message" => c.read.travel_cq_file_num_when_get_message = int_setting(&key, v)?,
+            "offset_check_in_slave" => c.read.offset_check_in_slave = bool_setting(&key, v)?,
             "broker_role" => {
-                c.read.broker_role = match v.extract::<String>()?.as_str() {
+                c.read.broker_role = match str_setting(&key, v)?.as_str() {
                     "ASYNC_MASTER" => BrokerRole::AsyncMaster,
                     "SYNC_MASTER" => BrokerRole::SyncMaster,
                     "SLAVE" => BrokerRole::Slave,
@@ -102,48 +141,58 @@ pub struct MessageStore {
 #[pymethods]
 impl MessageStore {
     #[new]
-    #[pyo3(signature = (path, config=None, recovery="strict"))]
-    fn new(py: Python<'_>, path: PathBuf, config: Option<&Bound<'_, PyDict>>, recovery: &str) -> PyResult<Self> {
+    #[pyo3(signature = (path, config=None, recovery=None))]
+    fn new(
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::path)] path: PathBuf,
+        config: Option<&Bound<'_, PyAny>>,
+        recovery: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let recovery = match recovery {
+            None => RecoveryMode::Strict,
+            Some(r) => RecoveryMode::parse(&args::text(r)?).map_err(to_py)?,
+        };
         let config = config_from_dict(config)?;
-        let options = store::open::OpenOptions { recovery: RecoveryMode::parse(recovery).map_err(to_py)? };
+        let options = store::open::OpenOptions { recovery };
         let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
         Ok(MessageStore { inner: Arc::new(store) })
     }
 
     /// Stores one message and returns where it went.
     #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0, sys_flag=0,
-        transaction_type=TransactionType::NotType, born_host="127.0.0.1:0", born_timestamp=None,
-        reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=true))]
+        transaction_type=TransactionType::NotType, born_host=DEFAULT_BORN_HOST, born_timestamp=None,
+        reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=true),
+        text_signature = "(self, /, topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0, \
+                          sys_flag=0, transaction_type=..., born_host='127.0.0.1:0', born_timestamp=None, \
+                          reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=True)")]
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
         py: Python<'_>,
-        topic: &str,
-        body: PyBackedBytes,
-        queue_id: i32,
-        tags: Option<&str>,
-        keys: Option<&Bound<'_, PyAny>>,
-        properties: Option<&Bound<'_, PyAny>>,
-        flag: i32,
-        sys_flag: i32,
-        transaction_type: TransactionType,
-        born_host: &str,
-        born_timestamp: Option<i64>,
-        reconsume_times: i32,
-        prepared_transaction_offset: i64,
-        wait_store_msg_ok: bool,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::body)] body: PyBackedBytes,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::opt_text)] tags: Option<PyBackedStr>,
+        #[pyo3(from_py_with = args::keys)] keys: Option<String>,
+        #[pyo3(from_py_with = args::properties)] properties: Option<Vec<(String, String)>>,
+        #[pyo3(from_py_with = args::java_int)] flag: i32,
+        #[pyo3(from_py_with = args::java_int)] sys_flag: i32,
+        #[pyo3(from_py_with = args::typed::<TransactionType>)] transaction_type: TransactionType,
+        #[pyo3(from_py_with = host)] born_host: SocketAddr,
+        #[pyo3(from_py_with = args::opt_java_long)] born_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
+        #[pyo3(from_py_with = args::java_long)] prepared_transaction_offset: i64,
+        #[pyo3(from_py_with = args::boolean)] wait_store_msg_ok: bool,
     ) -> PyResult<PutResult> {
-        let keys = join_keys(keys)?;
-        let props = extract_properties(properties)?;
-        let born_host = parse_host(born_host)?;
+        let props = properties.unwrap_or_default();
         let inner = &self.inner;
         let result = py.detach(|| {
             let refs: Vec<(&str, &str)> = props.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let msg = PutMessage {
-                topic,
+                topic: &topic,
                 queue_id,
                 body: &body,
-                tags,
+                tags: tags.as_deref(),
                 keys: keys.as_deref(),
                 properties: &refs,
                 flag,
@@ -161,28 +210,32 @@ impl MessageStore {
     }
 
     /// Stores a batch atomically: `messages` are `bytes` (body only) or `Message` objects.
-    #[pyo3(signature = (topic, messages, *, queue_id=0, sys_flag=0, born_host="127.0.0.1:0", born_timestamp=None,
-        reconsume_times=0, wait_store_msg_ok=true))]
+    #[pyo3(signature = (topic, messages, *, queue_id=0, sys_flag=0, born_host=DEFAULT_BORN_HOST, born_timestamp=None,
+        reconsume_times=0, wait_store_msg_ok=true),
+        text_signature = "(self, /, topic, messages, *, queue_id=0, sys_flag=0, born_host='127.0.0.1:0', \
+                          born_timestamp=None, reconsume_times=0, wait_store_msg_ok=True)")]
     #[allow(clippy::too_many_arguments)]
     fn put_batch(
         &self,
         py: Python<'_>,
-        topic: &str,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         messages: &Bound<'_, PyAny>,
-        queue_id: i32,
-        sys_flag: i32,
-        born_host: &str,
-        born_timestamp: Option<i64>,
-        reconsume_times: i32,
-        wait_store_msg_ok: bool,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_int)] sys_flag: i32,
+        #[pyo3(from_py_with = host)] born_host: SocketAddr,
+        #[pyo3(from_py_with = args::opt_java_long)] born_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
+        #[pyo3(from_py_with = args::boolean)] wait_store_msg_ok: bool,
     ) -> PyResult<PutResult> {
-        let born_host = parse_host(born_host)?;
         enum Item {
             Body(PyBackedBytes),
             Full(Py<Message>),
         }
         let mut items = Vec::new();
-        for m in messages.try_iter()? {
+        let iter = messages.try_iter().map_err(|_| {
+            args::argument_type_error_for("messages must be an iterable of bytes or rmq.Message", messages)
+        })?;
+        for m in iter {
             let m = m?;
             if let Ok(b) = m.cast::<PyBytes>() {
                 items.push(Item::Body(PyBackedBytes::from(b.clone())));
@@ -191,7 +244,7 @@ impl MessageStore {
             } else if let Ok(b) = m.extract::<PyBackedBytes>() {
                 items.push(Item::Body(b));
             } else {
-                return Err(PyTypeError::new_err("put_batch takes bytes or rmq.Message items"));
+                return Err(args::argument_type_error_for("put_batch takes bytes or rmq.Message items", &m));
             }
         }
         let inner = &self.inner;
@@ -221,7 +274,7 @@ impl MessageStore {
                 })
                 .collect();
             inner.put_batch(
-                topic,
+                &topic,
                 queue_id,
                 &batch,
                 sys_flag,
@@ -235,14 +288,22 @@ impl MessageStore {
     }
 
     /// The message stored at commitlog `offset`, or None past the end (or on an end-of-file blank).
-    fn read(&self, py: Python<'_>, offset: u64) -> PyResult<Option<MessageExt>> {
+    fn read(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::commitlog_offset)] offset: u64,
+    ) -> PyResult<Option<MessageExt>> {
         let inner = &self.inner;
         let rec = py.detach(|| inner.read(offset)).map_err(to_py)?;
         Ok(rec.map(MessageExt::new))
     }
 
     /// Zero-copy bytes of the record at `offset`, or None.
-    fn read_raw(&self, py: Python<'_>, offset: u64) -> PyResult<Option<RecordView>> {
+    fn read_raw(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::commitlog_offset)] offset: u64,
+    ) -> PyResult<Option<RecordView>> {
         let inner = &self.inner;
         let rec = py.detach(|| inner.read(offset)).map_err(to_py)?;
         Ok(rec.as_ref().map(RecordView::of))
@@ -250,7 +311,11 @@ impl MessageStore {
 
     /// Iterates stored messages in commitlog order from `from_offset` (a record boundary or segment start).
     #[pyo3(signature = (from_offset=0))]
-    fn scan(&self, py: Python<'_>, from_offset: u64) -> PyResult<Scanner> {
+    fn scan(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::commitlog_offset)] from_offset: u64,
+    ) -> PyResult<Scanner> {
         self.inner.check_open().map_err(to_py)?;
         let inner = &self.inner;
         if !from_offset.is_multiple_of(inner.commitlog().file_size()) {
@@ -330,19 +395,28 @@ impl MessageStore {
     }
 
     /// The next queue offset of (topic, queue_id): how many messages the queue holds.
-    fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
-        self.inner.next_queue_offset(topic, queue_id)
+    fn next_queue_offset(
+        &self,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+    ) -> i64 {
+        self.inner.next_queue_offset(&topic, queue_id)
     }
 
     /// Changes `maxMessageSize` for later puts (values below 10 are ignored, as in RocketMQ).
-    fn set_max_message_size(&self, size: i32) {
+    fn set_max_message_size(&self, #[pyo3(from_py_with = args::java_int)] size: i32) {
         self.inner.set_max_message_size(size);
     }
 
     /// One dispatch round: at most `max_records` records from the reput offset into the consume queues and
     /// the index. Returns (records dispatched, reput offset after, arrivals as (topic, queue_id, next_offset)).
     #[pyo3(signature = (max_records=4096, want_arrivals=false))]
-    fn _dispatch(&self, py: Python<'_>, max_records: u64, want_arrivals: bool) -> PyResult<(u64, u64, Vec<Arrival>)> {
+    fn _dispatch(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::count_u64)] max_records: u64,
+        #[pyo3(from_py_with = args::boolean)] want_arrivals: bool,
+    ) -> PyResult<(u64, u64, Vec<Arrival>)> {
         let inner = &self.inner;
         let round = py.detach(|| inner.dispatch(max_records, want_arrivals)).map_err(to_py)?;
         let arrivals = round.arrivals.into_iter().map(|a| (a.topic, a.queue_id, a.next_offset)).collect();
@@ -351,9 +425,9 @@ impl MessageStore {
 
     /// Waits (GIL released) until there is data to dispatch, a wake-up, or the timeout; returns whether
     /// there is data.
-    fn _wait_new_data(&self, py: Python<'_>, timeout: f64) -> bool {
+    fn _wait_new_data(&self, py: Python<'_>, #[pyo3(from_py_with = args::seconds)] timeout: f64) -> bool {
         let inner = &self.inner;
-        let timeout = std::time::Duration::from_secs_f64(timeout.clamp(0.0, 3600.0));
+        let timeout = args::duration(timeout.min(3600.0));
         py.detach(|| inner.wait_new_data(timeout))
     }
 
@@ -382,9 +456,9 @@ impl MessageStore {
     /// Waits until everything written before the call is in the consume queues and the index. Returns
     /// False on timeout (seconds) or if the store closes first.
     #[pyo3(signature = (timeout=10.0))]
-    fn _wait_dispatched(&self, py: Python<'_>, timeout: f64) -> bool {
+    fn _wait_dispatched(&self, py: Python<'_>, #[pyo3(from_py_with = args::seconds)] timeout: f64) -> bool {
         let inner = &self.inner;
-        let timeout = std::time::Duration::from_secs_f64(timeout.clamp(0.0, 1e9));
+        let timeout = args::duration(timeout);
         py.detach(|| inner.wait_dispatched(timeout))
     }
 
@@ -434,14 +508,14 @@ impl MessageStore {
     fn _query_message(
         &self,
         py: Python<'_>,
-        topic: &str,
-        key: &str,
-        max_num: usize,
-        begin: i64,
-        end: i64,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::text)] key: PyBackedStr,
+        #[pyo3(from_py_with = args::count_usize)] max_num: usize,
+        #[pyo3(from_py_with = args::java_long)] begin: i64,
+        #[pyo3(from_py_with = args::java_long)] end: i64,
     ) -> PyResult<(Vec<MessageExt>, i64, i64)> {
         let inner = &self.inner;
-        let res = py.detach(|| inner.query_message(topic, key, max_num, begin, end)).map_err(to_py)?;
+        let res = py.detach(|| inner.query_message(&topic, &key, max_num, begin, end)).map_err(to_py)?;
         let msgs = res.records.into_iter().map(MessageExt::new).collect();
         Ok((msgs, res.index_last_update_timestamp, res.index_last_update_phy_offset))
     }
@@ -452,36 +526,56 @@ impl MessageStore {
     fn get_offset_in_queue_by_time(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        timestamp: i64,
-        boundary: BoundaryType,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] timestamp: i64,
+        #[pyo3(from_py_with = args::typed::<BoundaryType>)] boundary: BoundaryType,
     ) -> i64 {
         let inner = &self.inner;
-        py.detach(|| inner.offset_in_queue_by_time(topic, queue_id, timestamp, boundary.into()))
+        py.detach(|| inner.offset_in_queue_by_time(&topic, queue_id, timestamp, boundary.into()))
     }
 
     /// `getMinOffsetInQueue`: the first queue offset still readable; -1 if the queue does not exist.
-    fn get_min_offset_in_queue(&self, topic: &str, queue_id: i32) -> i64 {
-        self.inner.min_offset_in_queue(topic, queue_id)
+    fn get_min_offset_in_queue(
+        &self,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+    ) -> i64 {
+        self.inner.min_offset_in_queue(&topic, queue_id)
     }
 
     /// `getMaxOffsetInQueue`: one past the last dispatched entry (0 for a missing queue); with
     /// committed=False the next queue offset a put would take.
     #[pyo3(signature = (topic, queue_id, committed=true))]
-    fn get_max_offset_in_queue(&self, topic: &str, queue_id: i32, committed: bool) -> i64 {
-        self.inner.max_offset_in_queue(topic, queue_id, committed)
+    fn get_max_offset_in_queue(
+        &self,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::boolean)] committed: bool,
+    ) -> i64 {
+        self.inner.max_offset_in_queue(&topic, queue_id, committed)
     }
 
     /// `getCommitLogOffsetInQueue`: commitlog offset of the message at `queue_offset`, 0 if none.
-    fn get_commitlog_offset_in_queue(&self, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
-        self.inner.commitlog_offset_in_queue(topic, queue_id, queue_offset)
+    fn get_commitlog_offset_in_queue(
+        &self,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] queue_offset: i64,
+    ) -> i64 {
+        self.inner.commitlog_offset_in_queue(&topic, queue_id, queue_offset)
     }
 
     /// `getMessageStoreTimeStamp`: store time (ms) of the message at `queue_offset`, -1 if none.
-    fn get_message_store_timestamp(&self, py: Python<'_>, topic: &str, queue_id: i32, queue_offset: i64) -> i64 {
+    fn get_message_store_timestamp(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] queue_offset: i64,
+    ) -> i64 {
         let inner = &self.inner;
-        py.detach(|| inner.message_store_timestamp(topic, queue_id, queue_offset))
+        py.detach(|| inner.message_store_timestamp(&topic, queue_id, queue_offset))
     }
 
     /// `getMessage` (spec §13): up to `max_msgs` messages of (topic, queue_id) from queue `offset` whose tag
@@ -492,19 +586,20 @@ impl MessageStore {
     fn get_message(
         &self,
         py: Python<'_>,
-        group: &str,
-        topic: &str,
-        queue_id: i32,
-        offset: i64,
-        max_msgs: u32,
-        subscription: Option<&str>,
-        max_total_msg_size: u64,
+        #[pyo3(from_py_with = args::text)] group: PyBackedStr,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] offset: i64,
+        #[pyo3(from_py_with = args::count_u32)] max_msgs: u32,
+        #[pyo3(from_py_with = args::opt_text)] subscription: Option<PyBackedStr>,
+        #[pyo3(from_py_with = args::count_u64)] max_total_msg_size: u64,
     ) -> PyResult<GetMessageResult> {
         let inner = &self.inner;
-        let sub =
-            subscription.map_or_else(crate::store::get::Subscription::all, crate::store::get::Subscription::parse);
+        let sub = subscription
+            .as_deref()
+            .map_or_else(crate::store::get::Subscription::all, crate::store::get::Subscription::parse);
         let res = py
-            .detach(|| inner.get_message(group, topic, queue_id, offset, max_msgs, max_total_msg_size, &sub))
+            .detach(|| inner.get_message(&group, &topic, queue_id, offset, max_msgs, max_total_msg_size, &sub))
             .map_err(to_py)?;
         Ok(GetMessageResult::new(res))
     }
@@ -512,7 +607,12 @@ impl MessageStore {
     /// `lookMessageByOffset`: the message at commitlog `offset` (and of `size` bytes, if given), or None
     /// when no message starts there.
     #[pyo3(signature = (offset, size=None))]
-    fn look_message_by_offset(&self, py: Python<'_>, offset: i64, size: Option<i32>) -> PyResult<Option<MessageExt>> {
+    fn look_message_by_offset(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::java_long)] offset: i64,
+        #[pyo3(from_py_with = args::opt_java_int)] size: Option<i32>,
+    ) -> PyResult<Option<MessageExt>> {
         self.inner.check_open().map_err(to_py)?;
         let Ok(offset) = u64::try_from(offset) else { return Ok(None) };
         let inner = &self.inner;
@@ -526,12 +626,12 @@ impl MessageStore {
     fn _cq_entries(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        from_offset: i64,
-        max_entries: usize,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] from_offset: i64,
+        #[pyo3(from_py_with = args::count_usize)] max_entries: usize,
     ) -> Vec<(i64, i64, i32, i64)> {
-        let Some(cq) = self.inner.consume_queue(topic, queue_id) else { return Vec::new() };
+        let Some(cq) = self.inner.consume_queue(&topic, queue_id) else { return Vec::new() };
         let (first, entries) = py.detach(|| cq.entries(from_offset.max(0) as u64, max_entries));
         entries.into_iter().enumerate().map(|(i, e)| (first as i64 + i as i64, e.offset, e.size, e.tags_code)).collect()
     }
@@ -544,13 +644,17 @@ impl MessageStore {
     }
 
     /// Queue ids of `topic` that have consume queues, ascending.
-    fn queue_ids(&self, topic: &str) -> Vec<i32> {
-        self.inner.consume_queues().queue_ids(topic)
+    fn queue_ids(&self, #[pyo3(from_py_with = args::text)] topic: PyBackedStr) -> Vec<i32> {
+        self.inner.consume_queues().queue_ids(&topic)
     }
 
     /// Files of the consume queue of (topic, queue_id), in offset order.
-    fn consume_queue_files(&self, topic: &str, queue_id: i32) -> Vec<PathBuf> {
-        self.inner.consume_queue(topic, queue_id).map(|q| q.file_paths()).unwrap_or_default()
+    fn consume_queue_files(
+        &self,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+    ) -> Vec<PathBuf> {
+        self.inner.consume_queue(&topic, queue_id).map(|q| q.file_paths()).unwrap_or_default()
     }
 
     /// Index files, oldest first.
