@@ -243,7 +243,7 @@ class GetMessageResult:
 @disjoint_base
 class MessageStore:
     def __new__(
-        cls, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None, recovery: str = "strict"
+        cls, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None, recovery: str | None = None
     ) -> Self: ...
     def put(
         self,
