@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz interop-fixture
+.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz crash interop-fixture
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ rust-test:
 
 fuzz:
 	PROPTEST_CASES=20000 cargo test --release --quiet --test decode_fuzz
+
+# The kill -9 suite at length (`make test` runs 300 kills of it).
+CRASH_KILLS ?= 5000
+crash: build
+	RMQ_CRASH_KILLS=$(CRASH_KILLS) $(PY) -m pytest -q -s tests/test_kill.py
 
 py-test: build
 	$(PY) -m pytest -q

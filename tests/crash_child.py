@@ -10,8 +10,11 @@ Run as `python crash_child.py STORE ACK_FILE JOB_JSON`. The job says which confi
 seed and child number, and the phase the parent means to kill in (so the child announces it on stdout):
 
 - "opening" and "opened" are printed around `MessageStore(...)`, always;
-- mode "write": puts forever; with `announce_rolls`, prints "roll" before a put that crosses a segment end;
-- mode "close": makes `puts` puts, prints "closing", closes the store, prints "closed" and waits to be killed.
+- with `announce_rolls`, "roll" is printed before a put that will cross a segment end;
+- with `puts`, makes that many puts, prints "closing", closes the store, prints "closed" and waits to be killed
+  (else it puts until it is killed).
+
+"opened" and "closed" carry the seconds the open or close took, so the parent can aim its next kill.
 """
 
 from __future__ import annotations
@@ -147,8 +150,9 @@ def main() -> None:
         os.write(ack, (json.dumps(record, separators=(",", ":")) + "\n").encode())
         put += 1
     print("closing", flush=True)
+    start = time.monotonic()
     store.close()
-    print("closed", flush=True)
+    print("closed %.6f" % (time.monotonic() - start), flush=True)
     while True:
         time.sleep(60)
 

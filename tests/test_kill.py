@@ -77,6 +77,7 @@ class Chain:
     acks: list[dict[str, Any]] = field(default_factory=list)
     children: int = 0
     open_estimate: float = 0.03  # seconds the last open took
+    close_estimate: float = 0.003  # seconds the last close took
     landed: Counter[str] = field(default_factory=Counter)
 
 
@@ -122,6 +123,8 @@ def run_child(chain: Chain, phase: str, rng: random.Random, ack_path: Path) -> s
             last = line.split()[0]
             if last == "opened":
                 chain.open_estimate = float(line.split()[1])
+            if last == "closed":
+                chain.close_estimate = float(line.split()[1])
             if last == event:
                 return
 
@@ -137,7 +140,7 @@ def run_child(chain: Chain, phase: str, rng: random.Random, ack_path: Path) -> s
                 time.sleep(rng.uniform(0, 0.002))
         elif phase == "close":
             wait_for("closing")
-            time.sleep(rng.uniform(0, 0.004))
+            time.sleep(rng.random() ** 2 * chain.close_estimate)
         else:
             wait_for("opened")
             time.sleep(rng.expovariate(1 / 0.03))
