@@ -12,7 +12,8 @@ Outcomes (the first three are good):
 - "repaired and reported": something changed, and every change is reported (`open_report` torn bytes or
   damage, `recovery_report` rebuilt queues or index files, `dispatch_issues()`, or for the offsets file a
   warning naming the file, or `load()` returning False);
-- "typed error naming file and offset": an `rmq.RmqError` whose message holds its `path` and `offset`;
+- "typed error naming file and offset": an `rmq.RmqError` whose message holds its `path` and `offset`, and
+  (when opening refused) no file changed;
 - "BAD: ...": an untyped exception or a panic, a typed error without file and offset, an intact message lost
   without a report, a queue offset handed out twice, an offset that moved forward (crash and hang are seen
   by the parent).
@@ -59,6 +60,14 @@ def damage(root: Path, case: dict[str, Any]) -> None:
     else:
         raise ValueError(op)
     path.write_bytes(bytes(data))
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under `root`: a file maps to its SHA-256, a directory to "dir"."""
+    return {
+        str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def digest(body: bytes) -> str:
@@ -113,10 +122,15 @@ def store_outcome(root: Path, job: dict[str, Any], case: dict[str, Any]) -> tupl
 
     config = rmq.StoreConfig(**job["config"])
     damaged = str(root / case["file"])
+    before = snapshot(root)
     try:
         store = rmq.MessageStore(root, config, start_reput=False)
     except rmq.RmqError as e:
         text = str(e)
+        after = snapshot(root)
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        if changed:
+            return "BAD: refused to open but changed files", f"{type(e).__name__}; changed {changed[:4]}"
         if e.path is not None and e.offset is not None and e.path in text and str(e.offset) in text:
             where = "" if e.path == damaged else f" (names {e.path}, damaged {damaged})"
             return GOOD[2], f"{type(e).__name__}{where}: {text[:300]}"
