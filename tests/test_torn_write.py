@@ -158,7 +158,7 @@ def test_torn_batch_in_protocol_order_opens_with_exactly_the_acknowledged(fast_t
         shutil.rmtree(image)
 
 
-@pytest.mark.parametrize("name", ["3 messages", "3 messages after a roll"])
+@pytest.mark.parametrize("name", ["3 messages", "3 messages after a roll", "64 messages after a roll"])
 def test_torn_batch_in_any_byte_order_keeps_every_acknowledged_message(fast_tmp: Path, name: str) -> None:
     bodies, roll = CASES[name]
     case = make_case(fast_tmp, bodies, roll, seed=len(name))
