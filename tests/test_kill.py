@@ -203,9 +203,15 @@ def check_store(store: rmq.MessageStore, chain: Chain, acks: list[dict[str, Any]
         assert uniq not in by_uniq, (
             f"UNIQ_KEY {uniq} stored twice, at {by_uniq[uniq].commitlog_offset} and {m.commitlog_offset}"
         )
-        s, c, p, j = parse_uniq(uniq)
-        spec = spec_of(seed, c, p, segment)
-        want = spec.messages[j]
+        try:
+            s, c, p, j = parse_uniq(uniq)
+            spec = spec_of(seed, c, p, segment)
+            want = spec.messages[j]
+        except (ValueError, IndexError):
+            raise AssertionError(
+                f"the record at {m.commitlog_offset} is no message a child wrote: UNIQ_KEY {uniq!r}, "
+                f"properties {str(m.properties)[:200]}"
+            ) from None
         assert s == seed and (m.topic, m.queue_id, m.body, m.tags, tuple(m.keys)) == (
             spec.topic,
             spec.queue_id,
