@@ -372,4 +372,6 @@ def test_kill_9_at_random_moments_loses_nothing_acknowledged(kill_dir: Path, flu
         if failure is not None:
             failures.append(failure)
     print(f"\n{flush}: {kills} kills, {len(failures)} failed chains; where they landed: {dict(sorted(landed.items()))}")
+    for failure in failures:
+        print("  " + failure.splitlines()[0])
     assert not failures, f"{len(failures)} of {len(seeds)} chains failed:\n" + "\n".join(failures[:10])
