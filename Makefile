@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile interop-fixture
+.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash interop-fixture
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ fuzz:
 # Every public call under hostile arguments, 400 Hypothesis examples per entry point (make test runs 20).
 hostile: build
 	HOSTILE_EXAMPLES=400 $(PY) -m pytest -q tests/test_hostile_args.py
+
+# The kill -9 suite at length (`make test` runs 300 kills of it).
+CRASH_KILLS ?= 5000
+crash: build
+	RMQ_CRASH_KILLS=$(CRASH_KILLS) $(PY) -m pytest -q -s tests/test_kill.py
 
 py-test: build
 	$(PY) -m pytest -q
