@@ -360,6 +360,33 @@ impl ConsumeQueue {
         Ok(hole)
     }
 
+    /// The first queue offset whose entry cannot be right: not a valid entry (`offset ≥ 0`, `size > 0`), not
+    /// after the previous entry's record, or reaching past `log_end`. Reads every entry once (20 bytes each,
+    /// sequentially), so damage anywhere in the queue is found, not only in its newest files.
+    pub fn first_disorder(&self, log_end: i64) -> Option<u64> {
+        let mut prev_end = -1i64;
+        let mut q = self.min_offset();
+        let max = self.max_offset();
+        while q < max {
+            let (from, entries) = self.entries(q, 4096);
+            if entries.is_empty() {
+                return Some(q);
+            }
+            for (i, e) in entries.iter().enumerate() {
+                let at = from + i as u64;
+                if e.is_pre_blank() {
+                    continue;
+                }
+                if !e.is_valid() || e.offset < prev_end || e.end() > log_end {
+                    return Some(at);
+                }
+                prev_end = e.end();
+            }
+            q = from + entries.len() as u64;
+        }
+        None
+    }
+
     /// Drops every entry from queue offset `q` on (they disagree with the commitlog) and republishes the max
     /// physical offset from the entry before `q`. Only called while no other thread uses the queue (open).
     pub fn truncate_to(&self, q: u64) -> Result<()> {

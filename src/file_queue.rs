@@ -51,8 +51,13 @@ impl FileQueue {
                 names.pop();
             }
         }
+        let lens = names
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e)))
+            .collect::<Result<Vec<u64>>>()?;
+        let any_fits = lens.contains(&file_size);
         let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
-        for (name, path) in names {
+        for ((name, path), len) in names.into_iter().zip(lens) {
             let start = parse_file_name(&name).ok_or_else(|| Error::Corruption {
                 path: path.clone(),
                 offset: 0,
@@ -77,6 +82,10 @@ impl FileQueue {
                     offset: start as i64,
                     reason: format!("first segment offset is not a multiple of the segment size {file_size}"),
                 });
+            }
+            if len != file_size && any_fits {
+                // The other files have the configured size: this one was truncated or extended.
+                return Err(size_damage(&path, start, len, file_size));
             }
             files.push(Arc::new(MappedFile::open(&path, start, file_size)?));
         }
@@ -167,6 +176,20 @@ impl FileQueue {
         let file = Arc::new(MappedFile::create(&path, start, self.file_size)?);
         files.push(file.clone());
         Ok(file)
+    }
+}
+
+/// A file of a directory of fixed-size files whose size differs from its siblings': damage, named by file and
+/// the offset where its data ends (or where the extension begins).
+pub fn size_damage(path: &Path, start: u64, len: u64, file_size: u64) -> Error {
+    Error::Corruption {
+        path: path.to_owned(),
+        offset: start.saturating_add(len.min(file_size)) as i64,
+        reason: format!(
+            "the file is {len} bytes where the other files of this directory are {file_size}: it was {}. \
+             Nothing was changed; restore it from a copy, or move the directory aside to rebuild it",
+            if len < file_size { "truncated" } else { "extended" }
+        ),
     }
 }
 

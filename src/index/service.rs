@@ -72,6 +72,17 @@ impl IndexService {
                 names.pop();
             }
         }
+        let lens = names
+            .iter()
+            .map(|n| std::fs::metadata(dir.join(n)).map(|m| m.len()).map_err(|e| Error::io(dir.join(n), e)))
+            .collect::<Result<Vec<u64>>>()?;
+        let size = cfg.file_size();
+        if let Some((n, &len)) = names.iter().zip(&lens).find(|(_, &l)| l != size) {
+            if lens.contains(&size) {
+                // The other index files have the configured size: this one was truncated or extended.
+                return Err(crate::file_queue::size_damage(&dir.join(n), 0, len, size));
+            }
+        }
         let files =
             names.iter().map(|n| IndexFile::open(&dir.join(n), cfg).map(Arc::new)).collect::<Result<Vec<_>>>()?;
         let last = files.last().cloned();

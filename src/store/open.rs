@@ -81,10 +81,16 @@ impl MessageStore {
         // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
         let mut cq_frontier: Option<i64> = None;
         let mut repaired_frontier: Option<u64> = None;
+        let mut at_boundary = Vec::new();
         for cq in queues.all() {
             cq.truncate_dirty(end as i64)?;
             let hole = holes.iter().any(|h| std::sync::Arc::ptr_eq(h, &cq));
-            let bad = verify_tail(&cq, &commitlog, durable_ts, &delay_levels);
+            let disorder = cq.first_disorder(end as i64);
+            let tail = verify_tail(&cq, &commitlog, durable_ts, &delay_levels);
+            let bad = match (disorder, tail) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             if hole || bad.is_some() {
                 let from_q = bad.unwrap_or(cq.max_offset()).min(cq.max_offset());
                 cq.truncate_to(from_q)?;
@@ -92,13 +98,21 @@ impl MessageStore {
                 repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
                 recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
                 recovery.rebuilt_reasons.push(match bad {
-                    Some(q) => format!("entry {q} does not point at its record; cut there and rebuilt"),
+                    Some(q) => format!("entry {q} is damaged or does not point at its record; cut there and rebuilt"),
                     None => format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt"),
                 });
             }
             let m = cq.max_physic_offset();
             if m >= 0 {
                 cq_frontier = Some(cq_frontier.map_or(m, |f| f.max(m)));
+                // A queue that ends exactly at a file boundary may have lost its newest file (deleted, or
+                // truncated to nothing): dispatch from its last entry on, so any later record of it comes back.
+                let max = cq.max_offset();
+                if !hole && bad.is_none() && max > 0 && max.is_multiple_of(cq.entries_per_file()) {
+                    let frontier = (m.max(0) as u64).clamp(min, end);
+                    repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
+                    at_boundary.push((cq.clone(), max));
+                }
             }
         }
         let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
@@ -169,6 +183,14 @@ impl MessageStore {
             store.recovery.rebuilt_cq_entries += round.cq_entries;
             if round.records == 0 && round.reput_offset >= end {
                 break;
+            }
+        }
+        for (cq, before) in at_boundary {
+            if cq.max_offset() > before {
+                store.recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
+                store.recovery.rebuilt_reasons.push(format!(
+                    "entries after queue offset {before} were missing (the newest consume-queue file was lost); rebuilt"
+                ));
             }
         }
         let min = store.commitlog.min_offset() as i64;
