@@ -69,6 +69,9 @@ impl MessageStore {
         let recover = RecoverOptions { mode: options.recovery, unclean: unclean_shutdown, dispatched_end };
         let (commitlog, open_report) =
             CommitLog::open_with(&root.join("commitlog"), config.commit_log.clone(), &recover)?;
+        // From here on opening changes the derived files: a process killed before it finishes must leave the
+        // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
+        let abort = AbortFile::create(root)?;
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
         let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
@@ -206,7 +209,6 @@ impl MessageStore {
         }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
         store.checkpoint_after_flush()?;
-        let abort = AbortFile::create(root)?;
         *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
         Ok(store)
     }
