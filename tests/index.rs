@@ -504,9 +504,9 @@ fn empty_newest_file_left_by_a_killed_creation_is_removed_on_load() {
     assert!(!empty.exists());
     assert_eq!(svc.file_paths().len(), 1);
     assert_eq!(query_all(&svc, "k1"), vec![100]);
-    // An empty file that is not the newest cannot come from a crash: it stays an error.
+    // An empty file that is not the newest cannot come from a crash: damage, named by file and offset.
     drop(svc);
     let old = tmp.path().join("19700101000000000");
     std::fs::File::create(&old).unwrap();
-    assert!(matches!(IndexService::load(tmp.path(), small(16)), Err(Error::InvalidConfig(_))));
+    assert!(matches!(IndexService::load(tmp.path(), small(16)), Err(Error::Corruption { offset: 0, .. })));
 }
