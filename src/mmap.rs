@@ -180,7 +180,7 @@ impl MappedFile {
             offset: self.start.saturating_add(pos as u64) as i64,
             reason: format!("a commit word does not fit in {}", self.path.display()),
         })?;
-        fault::check(FaultPoint::Write, &self.path).map_err(|e| Error::io(&self.path, e))?;
+        // Not a fault point of its own: it completes the write that `write_at` just checked.
         self.claim()?;
         // Every byte copied before this call is in the mapping before the word (program order for a killed
         // process; the fence also orders it for any other observer of the shared mapping).

@@ -378,7 +378,6 @@ def _read_split(e: Env, d: Draw) -> object:
         d(arg(st.just(base))),
         d(arg(st.just(0))),
         d(arg(st.just(limit))),
-        d(arg(st.just(limit))),
         **kw,
     )
     return list(reader)
@@ -387,12 +386,13 @@ def _read_split(e: Env, d: Draw) -> object:
 def _split_reader(e: Env, d: Draw) -> object:
     path, base, limit = _segment(e)
     kw = kwargs_of(d, columns=COLUMNS, topics=st.lists(TOPIC, max_size=2), max_rows=st.integers(1, 50))
-    return list(_native.SplitReader(d(arg(st.just(path))), d(arg(st.just(base))), 0, limit, limit, **kw))
+    return list(_native.SplitReader(d(arg(st.just(path))), d(arg(st.just(base))), 0, limit, **kw))
 
 
-def _segment_data_end(e: Env, d: Draw) -> object:
-    path, base, _ = _segment(e)
-    return _native.segment_data_end(d(arg(st.just(path))), d(arg(st.just(base))))
+def _plan_commitlog(e: Env, d: Draw) -> object:
+    path, _, _ = _segment(e)
+    split = d(arg(st.integers(1, 1 << 20)))
+    return _native.plan_commitlog(d(arg(st.just(os.path.dirname(path)))), split, skip_damage=d(arg(st.booleans())))
 
 
 RECORDS = st.builds(
@@ -511,7 +511,7 @@ CALLS: dict[str, Call] = {
     "arrow.decode_column": _decode_column,
     "arrow.java_hash": _java_hash,
     "SplitReader": _split_reader,
-    "segment_data_end": _segment_data_end,
+    "plan_commitlog": _plan_commitlog,
     "native decode_records/java_hash_strings": _native_buffers,
 }
 

@@ -532,6 +532,8 @@ def three_topics(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("three") / "store"
     with rmq.MessageStore(root) as store:
         for i in range(300):
+            if i % 30 == 0:
+                time.sleep(0.002)  # store times spread over several milliseconds, for the time filters
             store.put(f"Topic{'ABC'[i % 3]}", b"m%d" % i, queue_id=i % 4)
     return root
 

@@ -656,6 +656,9 @@ def test_open_report_and_flush(store_dir: Path) -> None:
             "discarded_bytes": 0,
             "removed_files": 0,
             "stop_reason": None,
+            "torn_bytes": 0,
+            "damage": [],
+            "recovery": "strict",
         }
         assert not store.unclean_shutdown and os.fspath(store.path) == str(store_dir)
         for i in range(60):
