@@ -174,45 +174,23 @@ impl CommitLog {
                             reason: strict_message(&reason, &following),
                         })
                     }
-                    RecoveryMode::Truncate => {
+                    // Salvage goes on at the next valid record; with none after the damage it cuts, as truncate.
+                    RecoveryMode::Salvage if !following.is_empty() => {
+                        let q = following.first().map_or(p, |&(q, _)| q);
+                        let path = file.path().to_owned();
+                        report.damage.push(Damage { path, offset: p, bytes: q - p, reason, dropped_records: 0 });
+                        self.add_skip(p, q);
+                        cursor.seek(q);
+                    }
+                    RecoveryMode::Truncate | RecoveryMode::Salvage => {
                         report.stop_reason = Some(reason.clone());
                         let bytes = self.last_nonzero_end(p).saturating_sub(p);
                         self.cut(p, &file, &mut report)?;
-                        report.damage.push(Damage {
-                            path: file.path().to_owned(),
-                            offset: p,
-                            bytes,
-                            reason,
-                            dropped_records: following.len() as u64,
-                        });
+                        let dropped_records = following.len() as u64;
+                        let path = file.path().to_owned();
+                        report.damage.push(Damage { path, offset: p, bytes, reason, dropped_records });
                         break p;
                     }
-                    RecoveryMode::Salvage => match following.first() {
-                        Some(&(q, _)) => {
-                            report.damage.push(Damage {
-                                path: file.path().to_owned(),
-                                offset: p,
-                                bytes: q - p,
-                                reason,
-                                dropped_records: 0,
-                            });
-                            self.add_skip(p, q);
-                            cursor.seek(q);
-                        }
-                        None => {
-                            report.stop_reason = Some(reason.clone());
-                            let bytes = self.last_nonzero_end(p).saturating_sub(p);
-                            self.cut(p, &file, &mut report)?;
-                            report.damage.push(Damage {
-                                path: file.path().to_owned(),
-                                offset: p,
-                                bytes,
-                                reason,
-                                dropped_records: 0,
-                            });
-                            break p;
-                        }
-                    },
                 },
             }
         };
