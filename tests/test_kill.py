@@ -91,8 +91,19 @@ def read_acks(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines[:-1]]  # the last element is empty or a torn line
 
 
+def drop_torn_ack(path: Path) -> None:
+    """Cuts a torn last ack line (a kill inside the child's `write(2)` of a long batch ack): that put was not
+    acknowledged, and the next child must not append its lines to the fragment."""
+    if path.exists():
+        data = path.read_bytes()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
+            os.truncate(path, keep)
+
+
 def run_child(chain: Chain, phase: str, rng: random.Random, ack_path: Path) -> str:
     """Starts a child on the chain's store, kills it in `phase`, and returns the last event it printed."""
+    drop_torn_ack(ack_path)
     child_no = chain.children
     chain.children += 1
     job: dict[str, Any] = {"seed": chain.seed, "child": child_no, "config": chain.config}
