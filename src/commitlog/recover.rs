@@ -184,8 +184,7 @@ impl CommitLog {
                     }
                     RecoveryMode::Truncate | RecoveryMode::Salvage => {
                         report.stop_reason = Some(reason.clone());
-                        let bytes = self.last_nonzero_end(p).saturating_sub(p);
-                        self.cut(p, &file, &mut report)?;
+                        let bytes = self.cut(p, &file, &mut report)?;
                         let dropped_records = following.len() as u64;
                         let path = file.path().to_owned();
                         report.damage.push(Damage { path, offset: p, bytes, reason, dropped_records });
