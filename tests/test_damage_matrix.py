@@ -263,19 +263,8 @@ KINDS = [
 
 # Damage that issue 15 still leaves unhandled, each listed with the outcome it has today, so that the matrix
 # guards everything else: a case outside this list that ends badly fails the test. Each entry is open work:
-# - index slots or entries damaged, or an index file deleted: keys become unfindable and nothing reports it
-#   (opening checks index headers and sizes only; entry-level checks belong with `rmq check`, issue 16);
-# - the first consume-queue file deleted: indistinguishable from retention without scanning the commitlog;
 # - a flipped byte in the offsets journal: its lines carry no checksum, so a damaged number still parses.
 KNOWN_BAD: dict[str, set[str]] = {
-    "index file": {
-        f"index file: {f} file, {part}, {how}"
-        for f in ("first", "last")
-        for part in ("slots", "entries")
-        for how in ("flip", "zero", "garbage")
-    }
-    | {"index file: first file, file, delete"},
-    "consume queue": {"consume queue: first file, file, delete"},
     "consumerOffset.json.journal": {f"consumerOffset.json.journal: {w}, flip" for w in ("start", "middle", "end")},
 }
 

@@ -73,6 +73,26 @@ fn be_i64(b: &[u8], pos: usize) -> Option<i64> {
     Some(i64::from_be_bytes(b.get(pos..pos.checked_add(8)?)?.try_into().ok()?))
 }
 
+/// Where and how an index file breaks its own rules (see [`IndexFile::verify`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexDamage {
+    /// Byte position in the file.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// What a query makes of the message an entry points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Candidate {
+    /// The message carries the key.
+    Accept,
+    /// Not this key (another key with the same hash, a message outside the window, or one removed by retention).
+    Reject,
+    /// The entry is damaged: no message there, or none with a key of the entry's hash.
+    Damaged(String),
+}
+
 /// One entry as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -88,6 +108,8 @@ pub struct IndexFile {
     slot_num: u32,
     index_num: u32,
     header: RwLock<IndexHeader>,
+    /// Checked by [`IndexFile::verify`], or created by this process.
+    checked: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for IndexFile {
@@ -114,7 +136,9 @@ impl IndexFile {
             h.end_timestamp = prev_end_timestamp;
             map.write(BEGIN_TIMESTAMP_POS, &h.encode()[BEGIN_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS]);
         }
-        Ok(Self::from_parts(map, cfg, h))
+        let f = Self::from_parts(map, cfg, h);
+        f.mark_checked();
+        Ok(f)
     }
 
     /// Maps an existing file, which must be exactly `cfg.file_size()` bytes, and loads its header
@@ -134,7 +158,13 @@ impl IndexFile {
     }
 
     fn from_parts(map: MappedFile, cfg: IndexConfig, h: IndexHeader) -> Self {
-        IndexFile { map, slot_num: cfg.max_hash_slot_num, index_num: cfg.max_index_num, header: RwLock::new(h) }
+        IndexFile {
+            map,
+            slot_num: cfg.max_hash_slot_num,
+            index_num: cfg.max_index_num,
+            header: RwLock::new(h),
+            checked: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// Path of the file.
@@ -202,11 +232,15 @@ impl IndexFile {
     }
 
     /// `selectPhyOffset` (§7.5) for the stored keyHash `key_hash` (see [`crate::index::key_hash`]): walks the
-    /// slot's chain newest first and, for each entry with that keyHash whose time lies in `[begin, end]`,
-    /// offers its offset to `accept`; accepted offsets not yet in `out` are appended until `out` holds
-    /// `max_num`. The walk stops at a negative timeDiff, an invalid or self-referencing prev, an entry older
+    /// slot's chain newest first and offers each entry to `judge` as `(offset, keyHash, candidate)`, where a
+    /// candidate has the queried keyHash, a time in `[begin, end]` and an offset not yet in `out`; accepted
+    /// candidates are appended until `out` holds `max_num`. Entries of other keys are offered too, so that
+    /// the judge can check them against their messages: a damaged keyHash that stays in its slot would
+    /// otherwise hide its key without a trace. The walk stops at a negative timeDiff, an invalid or self-referencing prev, an entry older
     /// than `begin`, or after `indexCount` steps (a cycle in a damaged file). Unlike RocketMQ, entry 1 reads
-    /// as stored at beginTimestamp (its true time) rather than through its possibly skewed timeDiff.
+    /// as stored at beginTimestamp (its true time) rather than through its possibly skewed timeDiff. An entry
+    /// `judge` finds damaged (it does not point at a message with a key of that hash) ends the walk with the
+    /// entry's position.
     pub fn select_phy_offsets(
         &self,
         key_hash: i32,
@@ -214,12 +248,12 @@ impl IndexFile {
         begin: i64,
         end: i64,
         out: &mut Vec<i64>,
-        accept: &mut dyn FnMut(i64) -> bool,
-    ) {
+        judge: &mut dyn FnMut(i64, i32, bool) -> Candidate,
+    ) -> std::result::Result<(), IndexDamage> {
         let h = self.read();
-        let Some(slot_value) = self.slot(key_hash) else { return };
+        let Some(slot_value) = self.slot(key_hash) else { return Ok(()) };
         if slot_value <= 0 || slot_value > h.index_count || h.index_count <= 1 {
-            return;
+            return Ok(());
         }
         let mut n = slot_value;
         for _ in 0..h.index_count {
@@ -236,14 +270,22 @@ impl IndexFile {
                 if n == 1 { h.begin_timestamp } else { h.begin_timestamp.wrapping_add(i64::from(e.time_diff) * 1000) };
             let candidate =
                 e.key_hash == key_hash && begin <= time_read && time_read <= end && !out.contains(&e.phy_offset);
-            if candidate && accept(e.phy_offset) {
-                out.push(e.phy_offset);
+            match judge(e.phy_offset, e.key_hash, candidate) {
+                Candidate::Accept if candidate => out.push(e.phy_offset),
+                Candidate::Accept | Candidate::Reject => {}
+                Candidate::Damaged(reason) => {
+                    return Err(IndexDamage {
+                        offset: self.entry_pos(n) as u64 + 4,
+                        reason: format!("entry {n} (commitlog offset {}): {reason}", e.phy_offset),
+                    })
+                }
             }
             if e.prev <= 0 || e.prev > h.index_count || e.prev == n || time_read < begin {
                 break;
             }
             n = e.prev;
         }
+        Ok(())
     }
 
     /// Whether the newest entries of `key_hash`'s slot that point at `phy_offset` include one for `key_hash`,
@@ -272,6 +314,194 @@ impl IndexFile {
             n = e.prev;
         }
         false
+    }
+
+    /// The header against the file's first and last entries (what the open relies on to see which commitlog
+    /// range each file covers): indexCount in range, beginPhyOffset and endPhyOffset those entries' offsets,
+    /// beginTimestamp not after endTimestamp. Two entry reads; [`IndexFile::verify`] checks everything.
+    /// A file before the newest was rolled because it was full, so its indexCount is exactly maxIndexNum.
+    pub fn check_header(&self, newest: bool) -> std::result::Result<(), IndexDamage> {
+        let h = self.read();
+        let damage = |offset: usize, reason: String| Err(IndexDamage { offset: offset as u64, reason });
+        if i64::from(h.index_count) > i64::from(self.index_num) {
+            return damage(
+                INDEX_COUNT_POS,
+                format!("indexCount {} exceeds maxIndexNum {}", h.index_count, self.index_num),
+            );
+        }
+        if !newest && i64::from(h.index_count) != i64::from(self.index_num) {
+            return damage(
+                INDEX_COUNT_POS,
+                format!(
+                    "indexCount {} in a file that is not the newest (files roll when full, at {})",
+                    h.index_count, self.index_num
+                ),
+            );
+        }
+        let slots_used = h.hash_slot_count;
+        if slots_used < 0 || slots_used as u32 > self.slot_num || (h.index_count <= 1) != (slots_used == 0) {
+            return damage(
+                HASH_SLOT_COUNT_POS,
+                format!("hashSlotCount {slots_used} with indexCount {}", h.index_count),
+            );
+        }
+        if h.index_count <= 1 {
+            return Ok(());
+        }
+        if h.begin_timestamp > h.end_timestamp {
+            return damage(
+                BEGIN_TIMESTAMP_POS,
+                format!("beginTimestamp {} after endTimestamp {}", h.begin_timestamp, h.end_timestamp),
+            );
+        }
+        let first = self.entry(1).map(|e| e.phy_offset);
+        if first != Some(h.begin_phy_offset) {
+            return damage(
+                BEGIN_PHY_OFFSET_POS,
+                format!("beginPhyOffset {} but entry 1 points at {first:?}", h.begin_phy_offset),
+            );
+        }
+        let last = self.entry(h.index_count - 1).map(|e| e.phy_offset);
+        if last != Some(h.end_phy_offset) {
+            return damage(
+                END_PHY_OFFSET_POS,
+                format!("endPhyOffset {} but the last entry points at {last:?}", h.end_phy_offset),
+            );
+        }
+        Ok(())
+    }
+
+    /// The structural check of the whole file (`rmq check`'s and the open's): the header against the entries,
+    /// and every entry's chain link against the entries before it. In a file written by `putKey` (RocketMQ's or
+    /// ours), entry `n`'s prev is the previous entry with the same slot (0 if none), its commitlog offset is
+    /// not below the previous entry's, the first and last entries hold beginPhyOffset and endPhyOffset, each
+    /// slot holds the newest entry of its chain (0 if none) and hashSlotCount counts the slots in use. A lost
+    /// page, a flipped bit or a zeroed range breaks one of these unless it leaves the bytes as they were.
+    /// What it cannot see (a commitlog offset changed to another one between its neighbours) is left to the
+    /// per-entry check against the record ([`IndexFile::entries_back`]).
+    pub fn verify(&self) -> std::result::Result<(), IndexDamage> {
+        let h = self.read();
+        let damage = |offset: usize, reason: String| Err(IndexDamage { offset: offset as u64, reason });
+        let count = h.index_count;
+        if i64::from(count) > i64::from(self.index_num) {
+            return damage(INDEX_COUNT_POS, format!("indexCount {count} exceeds maxIndexNum {}", self.index_num));
+        }
+        if h.hash_slot_count < 0 || h.hash_slot_count as u32 > self.slot_num {
+            return damage(HASH_SLOT_COUNT_POS, format!("hashSlotCount {} out of range", h.hash_slot_count));
+        }
+        let slot_num = self.slot_num as usize;
+        let mut newest = vec![0i32; slot_num];
+        let mut used = 0i64;
+        let mut prev_offset = i64::MIN;
+        for n in 1..count {
+            let Some(e) = self.entry(n) else {
+                return damage(self.entry_pos(n), format!("entry {n} lies outside the file"));
+            };
+            let pos = self.entry_pos(n);
+            if e.key_hash < 0 {
+                return damage(pos, format!("entry {n}: negative keyHash {}", e.key_hash));
+            }
+            if e.phy_offset < prev_offset {
+                return damage(
+                    pos + 4,
+                    format!("entry {n}: commitlog offset {} below the previous entry's {prev_offset}", e.phy_offset),
+                );
+            }
+            if n == 1 && e.phy_offset != h.begin_phy_offset {
+                return damage(
+                    BEGIN_PHY_OFFSET_POS,
+                    format!("beginPhyOffset {} but entry 1 points at {}", h.begin_phy_offset, e.phy_offset),
+                );
+            }
+            if e.time_diff < 0 {
+                return damage(pos + 12, format!("entry {n}: negative timeDiff {}", e.time_diff));
+            }
+            let slot = (e.key_hash.unsigned_abs() % self.slot_num) as usize;
+            if e.prev != newest[slot] {
+                return damage(
+                    pos + 16,
+                    format!("entry {n}: prev {} but the chain's previous entry is {}", e.prev, newest[slot]),
+                );
+            }
+            if newest[slot] == 0 {
+                used += 1;
+            }
+            newest[slot] = n;
+            prev_offset = e.phy_offset;
+        }
+        if count > 1 && prev_offset != h.end_phy_offset {
+            return damage(
+                END_PHY_OFFSET_POS,
+                format!("endPhyOffset {} but the last entry points at {prev_offset}", h.end_phy_offset),
+            );
+        }
+        if i64::from(h.hash_slot_count) != used {
+            return damage(
+                HASH_SLOT_COUNT_POS,
+                format!("hashSlotCount {} but {used} slots hold a chain", h.hash_slot_count),
+            );
+        }
+        let Some(slots) = self.map.slice(HEADER_SIZE, slot_num * SLOT_SIZE) else {
+            return damage(HEADER_SIZE, "the slot table lies outside the file".into());
+        };
+        for (i, (stored, want)) in slots.chunks_exact(SLOT_SIZE).zip(&newest).enumerate() {
+            let stored = i32::from_be_bytes([stored[0], stored[1], stored[2], stored[3]]);
+            if stored != *want {
+                return damage(
+                    HEADER_SIZE + i * SLOT_SIZE,
+                    format!("slot {i} holds {stored} but its chain's newest entry is {want}"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers the entries from the newest back, as `(number, keyHash, commitlog offset)`, to `visit` until it
+    /// returns false (the check of entries against their records).
+    pub fn entries_back(&self, visit: &mut dyn FnMut(i32, i32, i64) -> bool) {
+        let h = self.read();
+        for n in (1..h.index_count).rev() {
+            match self.entry(n) {
+                Some(e) if visit(n, e.key_hash, e.phy_offset) => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// Whether any entry of `key_hash`'s chain is for `key_hash` at `phy_offset` (the whole chain is walked,
+    /// unlike [`IndexFile::contains`]): keys of a message split over two files by a roll.
+    pub fn contains_anywhere(&self, key_hash: i32, phy_offset: i64) -> bool {
+        let h = self.read();
+        let Some(mut n) = self.slot(key_hash) else { return false };
+        for _ in 0..h.index_count {
+            if n <= 0 || n >= h.index_count {
+                return false;
+            }
+            let Some(e) = self.entry(n) else { return false };
+            if e.key_hash == key_hash && e.phy_offset == phy_offset {
+                return true;
+            }
+            if e.phy_offset < phy_offset || e.prev >= n {
+                return false;
+            }
+            n = e.prev;
+        }
+        false
+    }
+
+    /// Whether the file was checked ([`IndexFile::verify`]) or written whole by this process.
+    pub fn is_checked(&self) -> bool {
+        self.checked.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks the file as checked.
+    pub fn mark_checked(&self) {
+        self.checked.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Byte position of entry `n` in the file (for reports).
+    pub fn entry_position(&self, n: i32) -> u64 {
+        self.entry_pos(n) as u64
     }
 
     /// Rewrites the header and forces the file to disk.
@@ -425,10 +655,10 @@ mod tests {
         let reopened = IndexFile::open(&path, small()).unwrap();
         assert_eq!(reopened.header(), f.header());
         let mut out = Vec::new();
-        reopened.select_phy_offsets(10, 64, 0, i64::MAX, &mut out, &mut |_| true);
+        reopened.select_phy_offsets(10, 64, 0, i64::MAX, &mut out, &mut |_, _, _| Candidate::Accept).unwrap();
         assert_eq!(out, [0x30]);
         out.clear();
-        reopened.select_phy_offsets(6, 64, 0, i64::MAX, &mut out, &mut |_| true);
+        reopened.select_phy_offsets(6, 64, 0, i64::MAX, &mut out, &mut |_, _, _| Candidate::Accept).unwrap();
         assert_eq!(out, [0x20]);
     }
 

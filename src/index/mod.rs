@@ -23,7 +23,7 @@
 mod file;
 mod service;
 
-pub use file::{IndexFile, IndexHeader, IndexWriter};
+pub use file::{Candidate, IndexDamage, IndexFile, IndexHeader, IndexWriter};
 pub use service::{IndexService, QueryOffsetResult};
 
 use crate::error::{Error, Result};

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use super::{
-    hash_continue, index_file_name, key_hash_from, parse_index_file_name, IndexConfig, IndexFile, IndexRequest,
+    hash_continue, index_file_name, key_hash_from, parse_index_file_name, Candidate, IndexConfig, IndexDamage,
+    IndexFile, IndexRequest,
 };
 use crate::error::{Error, Result};
 use crate::message::TransactionType;
@@ -38,7 +39,15 @@ pub struct IndexService {
     writer: Mutex<Option<Arc<IndexFile>>>,
     /// End timestamp of the last file filled and rolled by this process (0: none), for the checkpoint.
     rolled_end_timestamp: std::sync::atomic::AtomicI64,
+    /// Held while a file is rebuilt, so that two queries finding the same damage rebuild it once.
+    rebuild_lock: Mutex<()>,
 }
+
+/// What [`IndexService::rebuild`] hands its feed: put the keys of one message.
+pub type RebuildSink<'a> = dyn FnMut(&IndexRequest<'_>) -> Result<()> + 'a;
+
+/// Suffix of a file being rebuilt ([`IndexService::rebuild`]); one left by a crash is removed at load.
+const REBUILD_SUFFIX: &str = ".rebuild";
 
 impl IndexService {
     /// Loads every index file in `dir` (created if missing) in file-name order, naming new files by the
@@ -57,6 +66,12 @@ impl IndexService {
             let entry = entry.map_err(|e| Error::io(dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_file = entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_file();
+            // A rebuild cut short by a crash: the file it was replacing (or the gap it was filling) is found
+            // again by the checks at open.
+            if is_file && name.ends_with(REBUILD_SUFFIX) {
+                std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+                continue;
+            }
             // RocketMQ skips names that do not parse as a long; ours are always digits.
             if is_file && !name.is_empty() && name.len() <= 18 && name.bytes().all(|b| b.is_ascii_digit()) {
                 names.push(name);
@@ -93,6 +108,7 @@ impl IndexService {
             files: RwLock::new(files),
             writer: Mutex::new(last),
             rolled_end_timestamp: std::sync::atomic::AtomicI64::new(0),
+            rebuild_lock: Mutex::new(()),
         })
     }
 
@@ -243,6 +259,7 @@ impl IndexService {
     /// `queryOffset(topic, key, maxNum, begin, end)` (§7.5): offsets of entries with the key's hash stored
     /// in `[begin, end]`, newest file first, at most `min(max_num, maxMsgsNumBatch)`. Each candidate is
     /// offered to `accept` (the store checks the message really has the key); only accepted ones count.
+    /// The files are taken as they are: the store queries through [`IndexService::query_checked`].
     pub fn query(
         &self,
         topic: &str,
@@ -252,6 +269,41 @@ impl IndexService {
         end: i64,
         accept: &mut dyn FnMut(i64) -> bool,
     ) -> QueryOffsetResult {
+        let mut judge =
+            |o: i64, _, candidate: bool| if candidate && accept(o) { Candidate::Accept } else { Candidate::Reject };
+        match self.query_inner(topic, key, max_num, begin, end, &mut judge, false) {
+            Ok(r) | Err((_, _, r)) => r,
+        }
+    }
+
+    /// [`IndexService::query`] that checks each file it reads: a file not checked yet is verified
+    /// ([`IndexFile::verify`]) first, and `judge` may find an entry damaged. Either way the damaged file and
+    /// what is wrong come back instead of a result that could miss keys; the store rebuilds the file
+    /// ([`IndexService::rebuild`]) and asks again.
+    #[allow(clippy::type_complexity)]
+    pub fn query_checked(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+        judge: &mut dyn FnMut(i64, i32, bool) -> Candidate,
+    ) -> std::result::Result<QueryOffsetResult, (Arc<IndexFile>, IndexDamage)> {
+        self.query_inner(topic, key, max_num, begin, end, judge, true).map_err(|(f, d, _)| (f, d))
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn query_inner(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+        judge: &mut dyn FnMut(i64, i32, bool) -> Candidate,
+        check: bool,
+    ) -> std::result::Result<QueryOffsetResult, (Arc<IndexFile>, IndexDamage, QueryOffsetResult)> {
         let max_num = max_num.min(self.cfg.max_msgs_num_batch);
         let files = self.list();
         let mut res = QueryOffsetResult::default();
@@ -261,18 +313,149 @@ impl IndexService {
             res.index_last_update_phy_offset = h.end_phy_offset;
         }
         if max_num == 0 {
-            return res;
+            return Ok(res);
         }
         let hash = key_hash_from(hash_continue(0, topic), key);
         for f in files.iter().rev() {
+            if check && !f.is_checked() {
+                match f.verify() {
+                    Ok(()) => f.mark_checked(),
+                    Err(d) => return Err((Arc::clone(f), d, res)),
+                }
+            }
             if f.is_time_matched(begin, end) {
-                f.select_phy_offsets(hash, max_num, begin, end, &mut res.phy_offsets, accept);
+                if let Err(d) = f.select_phy_offsets(hash, max_num, begin, end, &mut res.phy_offsets, judge) {
+                    if check {
+                        return Err((Arc::clone(f), d, res));
+                    }
+                }
             }
             if f.begin_timestamp() < begin || res.phy_offsets.len() >= max_num {
                 break;
             }
         }
-        res
+        Ok(res)
+    }
+
+    /// Rebuilds the index of the commitlog range that lies between the files `prev` and `next` (either may
+    /// be absent: the start of the log, the end of the log), replacing `target` (a damaged file of that
+    /// range) or filling a range whose file is missing. `feed` offers the range's messages in commitlog order
+    /// to the sink it is given. Keys of the boundary messages that `prev` or `next` already hold (a message
+    /// whose keys a roll split over two files) are not put again, so a rebuilt file holds what the original
+    /// held, byte for byte when nothing else changed. New files get names between their neighbours' (the
+    /// target's own name first) and are written under a temporary name, synced and renamed into place, so a
+    /// crash leaves the old file or the new one. Queries see the old files until the new ones are in.
+    /// Returns the new files.
+    pub fn rebuild(
+        &self,
+        target: Option<&Arc<IndexFile>>,
+        prev: Option<&Arc<IndexFile>>,
+        next: Option<&Arc<IndexFile>>,
+        feed: &mut dyn FnMut(&mut RebuildSink<'_>) -> Result<()>,
+    ) -> Result<Vec<Arc<IndexFile>>> {
+        let _rebuilding = self.rebuild_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = self.lock_writer();
+        if let Some(t) = target {
+            if !self.list().iter().any(|f| Arc::ptr_eq(f, t)) {
+                // Rebuilt (or removed by retention) by another caller meanwhile.
+                return Ok(Vec::new());
+            }
+        }
+        let first_name = match target {
+            Some(t) => t.name(),
+            None => self.name_between(prev, next, 0)?,
+        };
+        let (mut end_phy, mut end_ts) = prev.map_or((0, 0), |p| (p.end_phy_offset(), p.end_timestamp()));
+        let mut names = vec![first_name];
+        let tmp = |name: &str| self.dir.join(format!("{name}{REBUILD_SUFFIX}"));
+        let mut file = IndexFile::create(&tmp(&names[0]), self.cfg, end_phy, end_ts)?;
+        let mut built: Vec<IndexFile> = Vec::new();
+        let mut sink = |req: &IndexRequest<'_>| -> Result<()> {
+            if req.transaction == TransactionType::Rollback {
+                return Ok(());
+            }
+            let topic_hash = hash_continue(0, req.topic);
+            let tokens = req.keys.into_iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
+            for key in req.uniq_key.into_iter().chain(tokens) {
+                let hash = key_hash_from(topic_hash, key);
+                let offset = req.commitlog_offset;
+                let held = |f: Option<&Arc<IndexFile>>| f.is_some_and(|f| f.contains_anywhere(hash, offset));
+                if (prev.is_some_and(|p| p.end_phy_offset() == offset) && held(prev))
+                    || (next.is_some_and(|n| n.begin_phy_offset() == offset) && held(next))
+                {
+                    continue;
+                }
+                while !file.put_key(hash, offset, req.store_timestamp) {
+                    if file.header().index_count <= 1 {
+                        return Err(Error::Corruption {
+                            path: file.path().to_owned(),
+                            offset: 0,
+                            reason: "cannot put a key into an empty index file".into(),
+                        });
+                    }
+                    (end_phy, end_ts) = (file.end_phy_offset(), file.end_timestamp());
+                    let name = self.name_between(prev, next, names.len())?;
+                    let name = if names.last().is_some_and(|l| *l >= name) {
+                        return Err(Error::InvalidConfig(format!(
+                            "no index file name fits between {} and the next file",
+                            names.last().map_or("", String::as_str)
+                        )));
+                    } else {
+                        name
+                    };
+                    let full = std::mem::replace(&mut file, IndexFile::create(&tmp(&name), self.cfg, end_phy, end_ts)?);
+                    built.push(full);
+                    names.push(name);
+                }
+            }
+            Ok(())
+        };
+        feed(&mut sink)?;
+        built.push(file);
+        let mut fresh = Vec::with_capacity(built.len());
+        for (f, name) in built.into_iter().zip(&names) {
+            f.flush()?;
+            let from = f.path().to_owned();
+            drop(f);
+            let to = self.dir.join(name);
+            std::fs::rename(&from, &to).map_err(|e| Error::io(&from, e))?;
+            let opened = IndexFile::open(&to, self.cfg)?;
+            opened.mark_checked();
+            fresh.push(Arc::new(opened));
+        }
+        sync_dir(&self.dir)?;
+        let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = target {
+            files.retain(|f| !Arc::ptr_eq(f, t));
+        }
+        files.extend(fresh.iter().cloned());
+        files.sort_by_key(|f| f.name());
+        let was_current = match (target, &*current) {
+            (Some(t), Some(c)) => Arc::ptr_eq(t, c),
+            _ => false,
+        };
+        if was_current || current.is_none() {
+            *current = files.last().cloned();
+        }
+        Ok(fresh)
+    }
+
+    /// A file name after `prev`'s and before `next`'s, the `k`-th of a run of new files: the previous name's
+    /// time + 1 + k ms, or, without a previous file, the next name's time − 1000 + k ms.
+    fn name_between(&self, prev: Option<&Arc<IndexFile>>, next: Option<&Arc<IndexFile>>, k: usize) -> Result<String> {
+        let k = k as i64;
+        let ms = match (prev.and_then(|p| parse_index_file_name(&p.name())), next) {
+            (Some(p), _) => p + 1 + k,
+            (None, Some(n)) => parse_index_file_name(&n.name()).unwrap_or(0) - 1000 + k,
+            (None, None) => (self.clock)() + k,
+        };
+        let name = index_file_name(ms);
+        let fits = prev.is_none_or(|p| name > p.name()) && next.is_none_or(|n| name < n.name());
+        if fits {
+            Ok(name)
+        } else {
+            Err(Error::InvalidConfig(format!("no index file name fits between {prev:?} and {next:?}")))
+        }
     }
 
     /// Forces every file (header rewritten first) to disk.
@@ -298,4 +481,10 @@ impl IndexService {
         }
         n
     }
+}
+
+/// Makes the renames in `dir` durable (fsync of the directory).
+fn sync_dir(dir: &Path) -> Result<()> {
+    crate::fault::check(crate::fault::FaultPoint::Fsync, dir).map_err(|e| Error::io(dir, e))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))
 }

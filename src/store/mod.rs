@@ -3,6 +3,7 @@
 
 pub mod dispatch;
 pub mod get;
+mod index_check;
 pub mod open;
 pub mod validate;
 
@@ -170,6 +171,10 @@ pub struct RecoveryReport {
     /// created), if it could not. The store opened anyway: records from `dispatched_from` on are readable by
     /// offset and reach their queues once space is freed; their queue offsets are not handed out again.
     pub dispatch_blocked: Option<String>,
+    /// Index files rebuilt from the commitlog while opening, one line each: the file, where and what was
+    /// wrong (a file breaking its own rules, an entry not pointing at its message, a file lost), and the
+    /// commitlog range rebuilt.
+    pub rebuilt_index_files: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -797,18 +802,7 @@ impl MessageStore {
         self.check_open()?;
         let Some(index) = &self.index else { return Ok(QueryResult::default()) };
         let mut found: Vec<Record> = Vec::new();
-        let mut accept = |offset: i64| -> bool {
-            let Ok(Some(rec)) = self.commitlog.read(offset.max(0) as u64) else { return false };
-            let ts = rec.header.store_timestamp;
-            if ts < begin || ts > end || !record_has_key(&rec, topic, key) {
-                return false;
-            }
-            found.push(rec);
-            true
-        };
-        // Entries keep whole seconds from the file's begin, so an entry reads up to 999 ms early: widen the
-        // window by that much and check each candidate's real store time instead.
-        let res = index.query(topic, key, max_num, begin.saturating_sub(999), end, &mut accept);
+        let res = self.query_index(index, topic, key, max_num, begin, end, &mut found)?;
         found.sort_by_key(|r| r.offset());
         found.dedup_by_key(|r| r.offset());
         Ok(QueryResult {

@@ -118,8 +118,20 @@ impl MessageStore {
                 }
             }
         }
+        for (cq, q0, found) in missing_heads(&queues, &commitlog)? {
+            cq.truncate_to(0)?;
+            repaired_frontier = Some(min);
+            recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
+            recovery.rebuilt_reasons.push(format!(
+                "the consume-queue files before queue offset {q0} are missing while the commitlog still holds the \
+                 message at queue offset {} (commitlog offset {}); rebuilt",
+                found.1, found.0
+            ));
+        }
         let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
+        let restart = unclean_shutdown.then(|| checkpoint_restart(&commitlog, durable_ts));
         if let Some(index) = &index {
+            recovery.rebuilt_index_files = super::index_check::check_at_open(index, &commitlog, restart)?;
             let indexed = match index.last_indexed_offset() {
                 None => min,
                 // After a clean close the last indexed record is complete; after a crash it may have only
@@ -137,8 +149,7 @@ impl MessageStore {
         if let Some(f) = repaired_frontier {
             from = from.min(f);
         }
-        if unclean_shutdown {
-            let restart = checkpoint_restart(&commitlog, durable_ts);
+        if let Some(restart) = restart {
             recovery.checkpoint_restart = Some(restart);
             from = from.min(restart);
         }
@@ -259,6 +270,48 @@ fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels
         }
     }
     bad
+}
+
+/// A queue whose first files are missing, its first remaining queue offset, and the message found before it
+/// (commitlog offset, queue offset).
+type MissingHead = (std::sync::Arc<ConsumeQueue>, u64, (u64, i64));
+
+/// Queues whose first consume-queue files are missing: the first file starts at queue offset `q0` > 0 and its
+/// first entry points at or after the log's start, yet the log holds a message of the queue with a lower
+/// queue offset before that entry. (Retention removes a file only once all its entries are below the log's
+/// start, so the message before `q0` lies below it too.) One pass over the log from its start to the
+/// furthest such entry; nothing is read when no queue is in that position. Returns each queue with `q0` and
+/// the commitlog offset and queue offset of the message found.
+fn missing_heads(
+    queues: &ConsumeQueueStore,
+    log: &CommitLog,
+) -> Result<Vec<MissingHead>> {
+    let log_min = log.min_offset();
+    let mut watch = std::collections::HashMap::new();
+    for cq in queues.all() {
+        let q0 = cq.files().first().map_or(0, |f| f.start() / crate::consume_queue::UNIT);
+        if q0 == 0 {
+            continue;
+        }
+        if let Some(e) = cq.entry(q0).filter(|e| !e.is_pre_blank() && e.is_valid() && e.offset >= log_min as i64) {
+            watch.insert((cq.topic().as_bytes().to_vec(), cq.queue_id()), (cq, q0, e.offset as u64));
+        }
+    }
+    let Some(to) = watch.values().map(|(_, _, bound)| *bound).max() else { return Ok(Vec::new()) };
+    let mut found = Vec::new();
+    super::index_check::each_record(log, log_min, to, &mut |rec| {
+        let h = &rec.header;
+        let key = (h.topic(rec.bytes()).to_vec(), h.queue_id);
+        if let Some((_, q0, bound)) = watch.get(&key) {
+            if rec.offset() < *bound && h.queue_offset >= 0 && (h.queue_offset as u64) < *q0 {
+                if let Some((cq, q0, _)) = watch.remove(&key) {
+                    found.push((cq, q0, (rec.offset(), h.queue_offset)));
+                }
+            }
+        }
+        Ok(!watch.is_empty() && rec.offset() < to)
+    })?;
+    Ok(found)
 }
 
 /// After a crash: the start of the newest segment whose first record is older than the checkpoint's durable

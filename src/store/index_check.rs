@@ -1,0 +1,370 @@
+//! The index checked against the commitlog, and rebuilt from it where it fails.
+//!
+//! The index holds nothing of its own: every entry names a message by its commitlog offset, and every file
+//! covers the commitlog range between its neighbours' (beginPhyOffset .. endPhyOffset, in file-name order).
+//! So each failure has one repair, rebuilding the file's range from the commitlog:
+//!
+//! - **A file that breaks its own rules** ([`IndexFile::verify`]: chains, slots and header against the
+//!   entries). The newest file is verified at open after a crash (a power loss loses its pages out of order);
+//!   every other file the first time a query reads it, so opening never reads gigabytes of index.
+//! - **An entry that does not point at a message with a key of its hash**, found by the query that reads it
+//!   (and at open after a crash, for the newest file's entries from the checkpoint's restart point on).
+//! - **A missing file**: keyed messages between two files' ranges, or before the first file's, that no file
+//!   covers. Checked at open; between files this reads only the few unkeyed messages that lie there.
+//!
+//! Each rebuild is reported: at open in `RecoveryReport::rebuilt_index_files`, later in `dispatch_issues()`.
+
+use std::sync::Arc;
+
+use super::{record_has_key, MessageStore};
+use crate::commitlog::cursor::{find_valid_record, Step};
+use crate::commitlog::{CommitLog, Record};
+use crate::error::Result;
+use crate::index::{hash_continue, key_hash_from, Candidate, IndexFile, IndexRequest, IndexService};
+use crate::java::decode_utf8_lossy;
+use crate::message::properties::{self, keys};
+use crate::message::TransactionType;
+
+/// The owned index keys of one record (what `build_index` is given for it).
+struct Keys {
+    topic: String,
+    uniq_key: Option<String>,
+    keys: Option<String>,
+    transaction: TransactionType,
+    offset: i64,
+    store_timestamp: i64,
+}
+
+impl Keys {
+    fn of(rec: &Record) -> Self {
+        let bytes = rec.bytes();
+        let h = &rec.header;
+        let props = h.properties(bytes);
+        Keys {
+            topic: decode_utf8_lossy(h.topic(bytes)).into_owned(),
+            uniq_key: properties::get_raw(props, keys::UNIQ_KEY).map(|v| decode_utf8_lossy(v).into_owned()),
+            keys: properties::get_raw(props, keys::KEYS).map(|v| decode_utf8_lossy(v).into_owned()),
+            transaction: h.transaction_type(),
+            offset: h.physical_offset,
+            store_timestamp: h.store_timestamp,
+        }
+    }
+
+    fn request(&self) -> IndexRequest<'_> {
+        IndexRequest {
+            topic: &self.topic,
+            commitlog_offset: self.offset,
+            store_timestamp: self.store_timestamp,
+            transaction: self.transaction,
+            uniq_key: self.uniq_key.as_deref(),
+            keys: self.keys.as_deref(),
+        }
+    }
+
+    /// Whether `build_index` puts any key for this record.
+    fn indexed(&self) -> bool {
+        self.transaction != TransactionType::Rollback
+            && (self.uniq_key.is_some() || self.keys.as_deref().is_some_and(|k| k.split(' ').any(|t| !t.is_empty())))
+    }
+
+    /// The stored keyHashes of the record's keys.
+    fn hashes(&self) -> impl Iterator<Item = i32> + '_ {
+        let topic_hash = hash_continue(0, &self.topic);
+        let tokens = self.keys.iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
+        self.uniq_key.iter().map(String::as_str).chain(tokens).map(move |k| key_hash_from(topic_hash, k))
+    }
+}
+
+/// Offers the records starting in `[from, to]` (commitlog offsets, both inclusive) to `visit`, in order,
+/// until it returns false. Bytes that are not a record are stepped over to the next valid record (dispatch
+/// reports them); a segment removed by retention is stepped over to the log's start.
+pub(super) fn each_record(
+    log: &CommitLog,
+    from: u64,
+    to: u64,
+    visit: &mut dyn FnMut(&Record) -> Result<bool>,
+) -> Result<()> {
+    let limit = log.max_offset();
+    let mut cursor = log.cursor(from.max(log.min_offset()), limit);
+    while cursor.offset() <= to {
+        let at = cursor.offset();
+        let file = match cursor.next() {
+            None => return Ok(()),
+            Some(Step::Record(rec)) => {
+                if !visit(&rec)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            Some(Step::Blank { .. }) => continue,
+            Some(Step::Missing { offset }) if offset < log.min_offset() => {
+                cursor.seek(log.min_offset());
+                continue;
+            }
+            Some(Step::Missing { .. } | Step::Partial { .. }) => return Ok(()),
+            Some(Step::Zero { file, .. } | Step::Invalid { file, .. }) => file,
+        };
+        let next = log
+            .skip_at(at)
+            .or_else(|| find_valid_record(log.queue(), at + 1, file.end().min(limit), false))
+            .unwrap_or(file.end());
+        cursor.seek(next);
+    }
+    Ok(())
+}
+
+/// Rebuilds the range of file `at` of `files` (replacing it) or, with `target` false, the missing range
+/// between `files[at - 1]` and `files[at]` (inserting new files). Returns the commitlog range read.
+fn rebuild(
+    index: &IndexService,
+    log: &CommitLog,
+    files: &[Arc<IndexFile>],
+    at: usize,
+    target: bool,
+) -> Result<(u64, u64)> {
+    let prev = at.checked_sub(1).and_then(|p| files.get(p));
+    let next = if target { files.get(at + 1) } else { files.get(at) };
+    let from = prev.map_or(log.min_offset(), |p| p.end_phy_offset().max(0) as u64);
+    let to = next.map_or(u64::MAX, |n| n.begin_phy_offset().max(0) as u64);
+    let replaced = if target { files.get(at) } else { None };
+    index.rebuild(replaced, prev, next, &mut |sink| {
+        each_record(log, from, to, &mut |rec| {
+            let k = Keys::of(rec);
+            sink(&k.request())?;
+            Ok(true)
+        })
+    })?;
+    Ok((from, to.min(log.max_offset())))
+}
+
+/// What a query for `topic`/`key` in `[begin, end]` makes of the message at `offset` that an entry with
+/// keyHash `hash` points at; `candidate`: the entry has the queried key's hash and time. The message must
+/// carry a key of that hash (a `Reject` when it is another key of the same hash or outside the window);
+/// otherwise the entry is damaged.
+#[allow(clippy::too_many_arguments)]
+fn judge_entry(
+    log: &CommitLog,
+    offset: i64,
+    hash: i32,
+    candidate: bool,
+    topic: &str,
+    key: &str,
+    begin: i64,
+    end: i64,
+) -> Candidate {
+    let Ok(at) = u64::try_from(offset) else {
+        return Candidate::Damaged("a negative commitlog offset".into());
+    };
+    if at < log.min_offset() {
+        return Candidate::Reject; // removed by retention
+    }
+    match log.read(at) {
+        Ok(Some(rec)) => {
+            let ts = rec.header.store_timestamp;
+            if candidate && record_has_key(&rec, topic, key) {
+                if ts < begin || ts > end {
+                    Candidate::Reject
+                } else {
+                    Candidate::Accept
+                }
+            } else if Keys::of(&rec).hashes().any(|h| h == hash) {
+                Candidate::Reject
+            } else {
+                Candidate::Damaged("the message there has no key of the entry's hash".into())
+            }
+        }
+        Ok(None) if at >= log.max_offset() => Candidate::Damaged("points past the end of the commitlog".into()),
+        Ok(None) => Candidate::Damaged("no message starts there".into()),
+        Err(e) => Candidate::Damaged(format!("no message starts there ({e})")),
+    }
+}
+
+/// The first entry of `file`, from the newest back to the first whose message starts before `down_to` (and
+/// at least the newest), that does not point at a message with a key of its hash: `(byte position, reason)`.
+fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64, String)> {
+    let mut bad = None;
+    let mut first = true;
+    file.entries_back(&mut |n, hash, offset| {
+        let at = u64::try_from(offset).unwrap_or(u64::MAX);
+        if !first && at < down_to {
+            return false;
+        }
+        first = false;
+        let ok = match log.read(at) {
+            Ok(Some(rec)) => Keys::of(&rec).hashes().any(|h| h == hash),
+            _ => at < log.min_offset() && offset >= 0,
+        };
+        if !ok {
+            bad = Some((
+                file.entry_position(n) + 4,
+                format!("entry {n} (commitlog offset {offset}) has no message with a key of its hash"),
+            ));
+        }
+        ok
+    });
+    bad
+}
+
+/// The open's check of the index (module docs). `restart`: after a crash, where dispatch restarts (entries
+/// from there on are checked against their messages); None after a clean close. Returns what was rebuilt and
+/// why, one line per file or range.
+pub(super) fn check_at_open(index: &IndexService, log: &CommitLog, restart: Option<u64>) -> Result<Vec<String>> {
+    let mut rebuilt = Vec::new();
+    // A rebuild that fails (a full disk) is reported and the open goes on: a query tries again later.
+    let mut repair = |files: &[Arc<IndexFile>], at: usize, target: bool, what: String| -> bool {
+        match rebuild(index, log, files, at, target) {
+            Ok((from, to)) => {
+                rebuilt.push(format!("{what}; rebuilt from commitlog [{from}, {to}]"));
+                true
+            }
+            Err(e) => {
+                rebuilt.push(format!("{what}; could not be rebuilt: {e}"));
+                false
+            }
+        }
+    };
+    // The newest file with entries, after a crash.
+    if let Some(restart) = restart {
+        let files = index.files();
+        if let Some(at) = files.iter().rposition(|f| f.has_entries()) {
+            let f = &files[at];
+            let found = match f.verify() {
+                Err(d) => Some((d.offset, d.reason)),
+                Ok(()) => check_entries(f, log, restart),
+            };
+            match found {
+                None => f.mark_checked(),
+                Some((pos, reason)) => {
+                    repair(&files, at, true, format!("{} at byte {pos}: {reason}", f.path().display()));
+                }
+            }
+        }
+    }
+    // Each file's header against its entries, oldest first: the ranges below are read off the headers.
+    let mut at = 0;
+    loop {
+        let files = index.files();
+        let Some(f) = files.get(at) else { break };
+        if let Err(d) = f.check_header(at + 1 == files.len()) {
+            repair(&files, at, true, format!("{} at byte {}: {}", f.path().display(), d.offset, d.reason));
+        }
+        at += 1;
+    }
+    // Keyed messages that no file covers: before the first file, and between two files.
+    let mut rounds = index.files().len() + 1;
+    while rounds > 0 {
+        rounds -= 1;
+        let files: Vec<Arc<IndexFile>> = index.files();
+        let with_entries: Vec<usize> = (0..files.len()).filter(|&i| files[i].has_entries()).collect();
+        let mut gap = None;
+        for (k, &i) in with_entries.iter().enumerate() {
+            let begin = files[i].begin_phy_offset().max(0) as u64;
+            let (from, skip_first) = match k.checked_sub(1).map(|p| with_entries[p]) {
+                None => (log.min_offset(), false),
+                Some(p) => (files[p].end_phy_offset().max(0) as u64, true),
+            };
+            if from >= begin {
+                continue;
+            }
+            let mut keyed = None;
+            let mut skip = skip_first;
+            each_record(log, from, begin.saturating_sub(1), &mut |rec| {
+                if std::mem::take(&mut skip) && rec.offset() == from {
+                    return Ok(true);
+                }
+                if rec.offset() >= begin {
+                    return Ok(false);
+                }
+                if Keys::of(rec).indexed() {
+                    keyed = Some(rec.offset());
+                    return Ok(false);
+                }
+                Ok(true)
+            })?;
+            if let Some(first) = keyed {
+                gap = Some((i, first, begin));
+                break;
+            }
+        }
+        let Some((i, first, begin)) = gap else { break };
+        let what = format!(
+            "no index file covered the keyed message at commitlog offset {first} (before {}, which begins at \
+             {begin}): a file was lost",
+            files[i].path().display()
+        );
+        if !repair(&files, i, false, what) {
+            break;
+        }
+    }
+    Ok(rebuilt)
+}
+
+impl MessageStore {
+    /// [`IndexService::query_checked`] with the store's judge; a damaged file is rebuilt from the commitlog,
+    /// reported in `dispatch_issues()`, and the query asked again.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn query_index(
+        &self,
+        index: &IndexService,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+        found: &mut Vec<Record>,
+    ) -> Result<crate::index::QueryOffsetResult> {
+        let hash = key_hash_from(hash_continue(0, topic), key);
+        let mut attempts = index.files().len() + 2;
+        loop {
+            found.clear();
+            let mut judge = |offset: i64, hash: i32, candidate: bool| {
+                let c = judge_entry(&self.commitlog, offset, hash, candidate, topic, key, begin, end);
+                if candidate && c == Candidate::Accept {
+                    if let Ok(Some(rec)) = self.commitlog.read(offset.max(0) as u64) {
+                        found.push(rec);
+                    }
+                }
+                c
+            };
+            // Entries keep whole seconds from the file's begin, so an entry reads up to 999 ms early: widen
+            // the window by that much and check each candidate's real store time instead.
+            match index.query_checked(topic, key, max_num, begin.saturating_sub(999), end, &mut judge) {
+                Ok(res) => return Ok(res),
+                Err((file, damage)) => {
+                    let files = index.files();
+                    let Some(at) = files.iter().position(|f| Arc::ptr_eq(f, &file)) else { continue };
+                    let what =
+                        format!("index file {} at byte {}: {}", file.path().display(), damage.offset, damage.reason);
+                    match rebuild(index, &self.commitlog, &files, at, true) {
+                        Ok((from, to)) => {
+                            self.report_damage(from as i64, format!("{what}; rebuilt from commitlog [{from}, {to}]"))
+                        }
+                        Err(e) => {
+                            // Not rebuilt (a full disk): said, and the files answer as they are.
+                            let at = file.begin_phy_offset();
+                            self.report_damage(at, format!("{what}; could not be rebuilt ({e}), keys may be missing"));
+                            found.clear();
+                            let mut accept = |offset: i64| {
+                                let c = judge_entry(&self.commitlog, offset, hash, true, topic, key, begin, end);
+                                let ok = c == Candidate::Accept;
+                                if let (true, Ok(Some(rec))) = (ok, self.commitlog.read(offset.max(0) as u64)) {
+                                    found.push(rec);
+                                }
+                                ok
+                            };
+                            return Ok(index.query(topic, key, max_num, begin.saturating_sub(999), end, &mut accept));
+                        }
+                    }
+                    attempts -= 1;
+                    if attempts == 0 {
+                        return Err(crate::error::Error::Corruption {
+                            path: file.path().to_owned(),
+                            offset: damage.offset as i64,
+                            reason: format!("{}; still damaged after a rebuild", damage.reason),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
