@@ -166,7 +166,8 @@ impl CheckpointValues {
 #[derive(Debug)]
 pub struct StoreCheckpoint {
     path: PathBuf,
-    file: File,
+    /// `None`: opened read-only; updates stay in memory.
+    file: Option<File>,
     values: std::sync::Mutex<CheckpointValues>,
 }
 
@@ -194,7 +195,25 @@ impl StoreCheckpoint {
         }
         let mut head = [0u8; 40];
         file.read_exact_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
-        Ok(StoreCheckpoint { path, file, values: std::sync::Mutex::new(CheckpointValues::decode(&head)) })
+        Ok(StoreCheckpoint { path, file: Some(file), values: std::sync::Mutex::new(CheckpointValues::decode(&head)) })
+    }
+
+    /// Reads `<root>/checkpoint` without writing anything: a missing or short file reads as zeros (no durable
+    /// point), and updates stay in memory.
+    pub fn open_read_only(root: &Path) -> Result<Self> {
+        let path = root.join("checkpoint");
+        let mut head = [0u8; 40];
+        match File::open(&path) {
+            Ok(file) => {
+                let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+                if len >= head.len() as u64 {
+                    file.read_exact_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&path, e)),
+        }
+        Ok(StoreCheckpoint { path, file: None, values: std::sync::Mutex::new(CheckpointValues::decode(&head)) })
     }
 
     /// The values in memory (as last read or updated).
@@ -212,8 +231,12 @@ impl StoreCheckpoint {
         if next == *v {
             return Ok(());
         }
-        write_at(&self.file, &self.path, &next.encode(), 0)?;
+        let Some(file) = &self.file else {
+            *v = next;
+            return Ok(());
+        };
+        write_at(file, &self.path, &next.encode(), 0)?;
         *v = next;
-        sync(&self.file, &self.path, true)
+        sync(file, &self.path, true)
     }
 }

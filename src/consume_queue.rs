@@ -125,8 +125,19 @@ pub struct ConsumeQueue {
 impl ConsumeQueue {
     /// Opens the queue directory `dir` (created if needed) with `file_size`-byte files, without recovering.
     pub fn open(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> Result<Self> {
+        Self::open_in(crate::mmap::Storage::Disk, dir, topic, queue_id, file_size)
+    }
+
+    /// [`ConsumeQueue::open`] in `storage` (see [`crate::mmap::Storage`]).
+    pub fn open_in(
+        storage: crate::mmap::Storage,
+        dir: &Path,
+        topic: &str,
+        queue_id: i32,
+        file_size: u64,
+    ) -> Result<Self> {
         let file_size = round_file_size(file_size);
-        let files = FileQueue::load(dir, file_size)?;
+        let files = FileQueue::load_in(storage, dir, file_size)?;
         let end = files.last().map(|f| f.end()).unwrap_or(0);
         let min = files.first().map(|f| f.start()).unwrap_or(0);
         Ok(ConsumeQueue {

@@ -65,6 +65,10 @@ pub enum Error {
     #[error("store directory {0} is locked by another open store; close it first")]
     Locked(PathBuf),
 
+    /// The store was opened read-only (`read_only=True`); the call would write.
+    #[error("store {0} is open read-only and this call would write to it; open it without read_only to write")]
+    ReadOnly(PathBuf),
+
     /// The store was closed; open it again to continue.
     #[error("the store is closed")]
     Closed,
@@ -97,7 +101,7 @@ impl Error {
             | Error::InvalidProperty { .. }
             | Error::InvalidHost(_) => Some(PutMessageStatus::MessageIllegal),
             Error::PropertiesTooLarge { .. } => Some(PutMessageStatus::PropertiesSizeExceeded),
-            Error::Closed | Error::Poisoned(_) => Some(PutMessageStatus::ServiceNotAvailable),
+            Error::Closed | Error::Poisoned(_) | Error::ReadOnly(_) => Some(PutMessageStatus::ServiceNotAvailable),
             Error::Io { .. } | Error::DiskFull { .. } => Some(PutMessageStatus::CreateMappedFileFailed),
             _ => None,
         }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
-use crate::mmap::MappedFile;
+use crate::mmap::{MappedFile, Storage};
 
 /// `UtilAll.offset2FileName`: the offset as 20 zero-padded decimal digits.
 pub fn file_name(offset: u64) -> String {
@@ -26,6 +26,7 @@ pub struct FileQueue {
     dir: PathBuf,
     file_size: u64,
     files: RwLock<Vec<Arc<MappedFile>>>,
+    storage: Storage,
 }
 
 impl FileQueue {
@@ -34,7 +35,19 @@ impl FileQueue {
     /// Like RocketMQ, an empty last file (left by an interrupted creation) is deleted. Every other file must be
     /// exactly `file_size` bytes, carry a numeric name, and follow its predecessor without a gap.
     pub fn load(dir: &Path, file_size: u64) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        Self::load_in(Storage::Disk, dir, file_size)
+    }
+
+    /// [`FileQueue::load`] in `storage`. In an overlay a missing directory is an empty queue and nothing is
+    /// created or deleted (an empty last file is left out, not removed).
+    pub fn load_in(storage: Storage, dir: &Path, file_size: u64) -> Result<Self> {
+        let overlay = storage == Storage::Overlay;
+        if overlay && !dir.exists() {
+            return Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(Vec::new()), storage });
+        }
+        if !overlay {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
         let mut names: Vec<(String, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -47,7 +60,9 @@ impl FileQueue {
         if let Some((_, last)) = names.last() {
             let len = std::fs::metadata(last).map_err(|e| Error::io(last, e))?.len();
             if len == 0 {
-                std::fs::remove_file(last).map_err(|e| Error::io(last, e))?;
+                if !overlay {
+                    std::fs::remove_file(last).map_err(|e| Error::io(last, e))?;
+                }
                 names.pop();
             }
         }
@@ -87,14 +102,19 @@ impl FileQueue {
                 // The other files have the configured size: this one was truncated or extended.
                 return Err(size_damage(&path, start, len, file_size));
             }
-            files.push(Arc::new(MappedFile::open(&path, start, file_size)?));
+            files.push(Arc::new(MappedFile::open_in(storage, &path, start, file_size)?));
         }
-        Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(files) })
+        Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(files), storage })
     }
 
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where the files live.
+    pub fn storage(&self) -> Storage {
+        self.storage
     }
 
     /// Bytes per segment.
@@ -162,6 +182,46 @@ impl FileQueue {
         Some(f)
     }
 
+    /// Overlay only: maps the segments another process added after the last one since the queue was loaded
+    /// (a file whose size is not the segment size yet, one being created, is left for the next call), and
+    /// drops the leading segments whose files are gone (retention by that process). Returns (added, dropped).
+    pub fn refresh(&self) -> Result<(usize, usize)> {
+        if self.storage != Storage::Overlay {
+            return Ok((0, 0));
+        }
+        let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let gone = files.iter().take_while(|f| !f.path().exists()).count();
+        files.drain(..gone);
+        let mut added = 0;
+        loop {
+            let start = match files.last() {
+                Some(f) => f.end(),
+                None => {
+                    let mut starts: Vec<u64> = std::fs::read_dir(&self.dir)
+                        .map(|rd| {
+                            rd.filter_map(|e| e.ok())
+                                .filter_map(|e| parse_file_name(&e.file_name().to_string_lossy()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    starts.sort_unstable();
+                    match starts.first() {
+                        Some(&s) if s.is_multiple_of(self.file_size) => s,
+                        _ => break,
+                    }
+                }
+            };
+            let path = self.dir.join(file_name(start));
+            match std::fs::metadata(&path) {
+                Ok(m) if m.len() == self.file_size => {}
+                _ => break,
+            }
+            files.push(Arc::new(MappedFile::open_in(self.storage, &path, start, self.file_size)?));
+            added += 1;
+        }
+        Ok((added, gone))
+    }
+
     /// Creates and maps the segment starting at `start`, which must follow the last one.
     pub fn create(&self, start: u64) -> Result<Arc<MappedFile>> {
         let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -173,7 +233,7 @@ impl FileQueue {
             });
         }
         let path = self.dir.join(file_name(start));
-        let file = Arc::new(MappedFile::create(&path, start, self.file_size)?);
+        let file = Arc::new(MappedFile::create_in(self.storage, &path, start, self.file_size)?);
         files.push(file.clone());
         Ok(file)
     }

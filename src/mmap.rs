@@ -25,13 +25,33 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::error::{Error, Result};
 use crate::fault::{self, FaultPoint};
 
+/// Where a store's files live: on disk, or (a read-only open) as a private overlay of the disk that no write
+/// ever reaches.
+///
+/// In an `Overlay`, an existing file is opened read-only and mapped copy-on-write (`MAP_PRIVATE`): what the
+/// store writes (the repairs and rebuilt entries an open works out) stays in this process's memory, and pages
+/// it never writes keep showing the file (another process appending to it, a live broker, is seen). A file the
+/// store creates is anonymous memory under the name it would have; flushing, claiming space and deleting do
+/// nothing. So the same open, recovery and dispatch code runs on a read-only mount or beside a live broker
+/// without changing a byte, a file or an mtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Storage {
+    /// Files on disk, written through shared mappings.
+    #[default]
+    Disk,
+    /// A private copy-on-write overlay of the files; nothing reaches the disk.
+    Overlay,
+}
+
 /// One fixed-size file mapped read/write, covering global offsets `[start, start + size)`.
 pub struct MappedFile {
     path: PathBuf,
     start: u64,
     size: u64,
     map: MmapRaw,
-    file: File,
+    /// The open file (`None`: an overlay file that exists only in memory).
+    file: Option<File>,
+    storage: Storage,
     delete_on_drop: AtomicBool,
     /// The whole file has disk space claimed (invariant 4).
     allocated: AtomicBool,
@@ -48,6 +68,16 @@ impl MappedFile {
     /// the file exists. On failure (a full disk is [`Error::DiskFull`]) the file is removed again, so the
     /// directory is left as it was.
     pub fn create(path: &Path, start: u64, size: u64) -> Result<Self> {
+        Self::create_in(Storage::Disk, path, start, size)
+    }
+
+    /// [`MappedFile::create`] in `storage`: in an overlay, anonymous zeroed memory named `path`.
+    pub fn create_in(storage: Storage, path: &Path, start: u64, size: u64) -> Result<Self> {
+        if storage == Storage::Overlay {
+            let len = map_len(size)?;
+            let map = MmapOptions::new().len(len).map_anon().map_err(|e| Error::io(path, e))?;
+            return Ok(Self::from_map(path, None, storage, start, size, MmapRaw::from(map), true));
+        }
         let file =
             OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
         let made = allocate(&file, path, size).and_then(|()| Self::map(path, file, start, size));
@@ -65,7 +95,13 @@ impl MappedFile {
 
     /// Maps an existing file, which must be exactly `size` bytes long.
     pub fn open(path: &Path, start: u64, size: u64) -> Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::io(path, e))?;
+        Self::open_in(Storage::Disk, path, start, size)
+    }
+
+    /// [`MappedFile::open`] in `storage`: in an overlay, opened read-only and mapped copy-on-write.
+    pub fn open_in(storage: Storage, path: &Path, start: u64, size: u64) -> Result<Self> {
+        let overlay = storage == Storage::Overlay;
+        let file = OpenOptions::new().read(true).write(!overlay).open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len != size {
             return Err(Error::InvalidConfig(format!(
@@ -74,21 +110,46 @@ impl MappedFile {
                 path.display()
             )));
         }
+        if overlay {
+            #[allow(unsafe_code)]
+            // SAFETY: a private (copy-on-write) mapping of a file opened read-only; the same soundness argument
+            // as the shared mappings (module invariants) holds, and no write of ours reaches the file.
+            let map =
+                unsafe { MmapOptions::new().len(map_len(size)?).map_copy(&file) }.map_err(|e| Error::io(path, e))?;
+            return Ok(Self::from_map(path, Some(file), storage, start, size, MmapRaw::from(map), true));
+        }
         Self::map(path, file, start, size)
     }
 
     fn map(path: &Path, file: File, start: u64, size: u64) -> Result<Self> {
-        let len = usize::try_from(size).map_err(|_| Error::InvalidConfig(format!("segment size {size} too large")))?;
-        let map = MmapOptions::new().len(len).map_raw(&file).map_err(|e| Error::io(path, e))?;
-        Ok(MappedFile {
+        let map = MmapOptions::new().len(map_len(size)?).map_raw(&file).map_err(|e| Error::io(path, e))?;
+        Ok(Self::from_map(path, Some(file), Storage::Disk, start, size, map, false))
+    }
+
+    fn from_map(
+        path: &Path,
+        file: Option<File>,
+        storage: Storage,
+        start: u64,
+        size: u64,
+        map: MmapRaw,
+        allocated: bool,
+    ) -> Self {
+        MappedFile {
             path: path.to_owned(),
             start,
             size,
             map,
             file,
+            storage,
             delete_on_drop: AtomicBool::new(false),
-            allocated: AtomicBool::new(false),
-        })
+            allocated: AtomicBool::new(allocated),
+        }
+    }
+
+    /// Where the file lives.
+    pub fn storage(&self) -> Storage {
+        self.storage
     }
 
     /// Path of the file.
@@ -161,7 +222,9 @@ impl MappedFile {
         if self.allocated.load(Ordering::Acquire) {
             return Ok(());
         }
-        allocate(&self.file, &self.path, self.size)?;
+        if let Some(file) = &self.file {
+            allocate(file, &self.path, self.size)?;
+        }
         self.allocated.store(true, Ordering::Release);
         Ok(())
     }
@@ -200,6 +263,9 @@ impl MappedFile {
         if len == 0 {
             return Ok(());
         }
+        if self.storage == Storage::Overlay {
+            return Ok(());
+        }
         fault::check(FaultPoint::Flush, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.map.flush_range(pos, len).map_err(|e| Error::io(&self.path, e))
     }
@@ -221,14 +287,24 @@ impl MappedFile {
 
     /// Flushes the whole file.
     pub fn flush(&self) -> Result<()> {
+        if self.storage == Storage::Overlay {
+            return Ok(());
+        }
         fault::check(FaultPoint::Flush, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.map.flush().map_err(|e| Error::io(&self.path, e))
     }
 
     /// Removes the file from disk once the last reference to it is dropped.
     pub fn delete_on_drop(&self) {
+        if self.storage == Storage::Overlay {
+            return;
+        }
         self.delete_on_drop.store(true, Ordering::Release);
     }
+}
+
+fn map_len(size: u64) -> Result<usize> {
+    usize::try_from(size).map_err(|_| Error::InvalidConfig(format!("segment size {size} too large")))
 }
 
 /// Claims disk space for bytes `[0, size)` of `file` (`posix_fallocate`, mode 0: blocks are reserved, contents

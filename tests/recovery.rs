@@ -49,7 +49,7 @@ fn write_files(root: &Path, image: &BTreeMap<PathBuf, Vec<u8>>) {
 }
 
 fn open_mode(root: &Path, mode: RecoveryMode) -> rmq::Result<MessageStore> {
-    MessageStore::open_with(root, small_config(), &OpenOptions { recovery: mode })
+    MessageStore::open_with(root, small_config(), &OpenOptions { recovery: mode, ..OpenOptions::default() })
 }
 
 /// (offset, body) of every record, in log order.

@@ -152,6 +152,12 @@ class MessageStore(_native.MessageStore):
     tail of the commitlog, recovers the consume queues and the index, dispatches whatever they lack, and
     starts the reput service (`self.reput`) that dispatches later puts in the background. Use it as a
     context manager, or call `close()`. Every call that touches files releases the GIL.
+
+    With `read_only=True` opening writes nothing at all (no lock, no abort file, no checkpoint, no repair, no
+    file created, deleted or resized): the files are mapped copy-on-write, and the end of the log and any
+    consume queue or index that is missing, stale or damaged are worked out in memory. Writing calls raise
+    `ReadOnlyError`. It works on a read-only mount and beside a live broker; `refresh()` takes in what the
+    broker wrote since.
     """
 
     config: StoreConfig
@@ -164,14 +170,16 @@ class MessageStore(_native.MessageStore):
         *,
         start_reput: bool = True,
         recovery: Recovery = "strict",
+        read_only: bool = False,
     ) -> MessageStore:
         if config is not None and not isinstance(config, StoreConfig):
             raise ArgumentTypeError(f"config must be an rmq.StoreConfig or None, got {type(config).__name__}")
         _args.boolean(start_reput, "start_reput")
+        _args.boolean(read_only, "read_only")
         if not isinstance(path, str | os.PathLike):
             raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         cfg = config if config is not None else StoreConfig()
-        return super().__new__(cls, os.fspath(path), cfg.to_native(), recovery)
+        return super().__new__(cls, os.fspath(path), cfg.to_native(), recovery, read_only)
 
     def __init__(
         self,
@@ -180,10 +188,13 @@ class MessageStore(_native.MessageStore):
         *,
         start_reput: bool = True,
         recovery: Recovery = "strict",
+        read_only: bool = False,
     ) -> None:
         self.config = config if config is not None else StoreConfig()
         self.reput = ReputMessageService(self)
-        if start_reput:
+        # A read-only store takes no puts: everything is dispatched by the open, and `refresh()` dispatches
+        # what another process added.
+        if start_reput and not read_only:
             self.reput.start()
 
     @property

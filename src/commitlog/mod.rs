@@ -128,7 +128,7 @@ impl CommitLog {
     /// Opens the log in `dir`, validating records from the last segment that starts with one, and settles
     /// the end as `recover` describes.
     pub fn open_with(dir: &Path, cfg: CommitLogConfig, opts: &RecoverOptions) -> Result<(Self, OpenReport)> {
-        let queue = Arc::new(FileQueue::load(dir, cfg.mapped_file_size_commit_log)?);
+        let queue = Arc::new(FileQueue::load_in(opts.storage, dir, cfg.mapped_file_size_commit_log)?);
         let warmer = Arc::new(Warmer::default());
         let mut log = CommitLog {
             queue,
@@ -143,13 +143,40 @@ impl CommitLog {
         *log.lock_writer() = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
         let (warmer, queue, from) = (log.warmer.clone(), log.queue.clone(), report.end_offset);
-        log.warm_thread =
-            std::thread::Builder::new().name("rmq-commitlog-warm".into()).spawn(move || warmer.run(&queue, from)).ok();
+        // The warmer faults pages in writable ahead of appends; an overlay takes no appends, and a private page
+        // faulted in writable would stop showing what a live writer adds to the file.
+        if opts.storage == crate::mmap::Storage::Disk {
+            log.warm_thread = std::thread::Builder::new()
+                .name("rmq-commitlog-warm".into())
+                .spawn(move || warmer.run(&queue, from))
+                .ok();
+        }
         Ok((log, report))
     }
 
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, u64> {
         self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Read-only (overlay) logs: takes in what another process appended since the open or the last refresh.
+    /// New segments are mapped, and the end moves over every complete record (and blank) after it, stopping
+    /// before the first position that is not one (a record still being written is taken next time). Returns
+    /// the new end.
+    pub fn refresh(&self) -> Result<u64> {
+        self.queue.refresh()?;
+        let mut end = self.lock_writer();
+        let Some(last) = self.queue.last() else { return Ok(*end) };
+        let mut cursor =
+            Cursor::new(&self.queue, (*end).max(self.queue.min_offset()), last.end(), self.check_options());
+        let mut at = cursor.offset();
+        while let Some(Step::Record(_) | Step::Blank { .. }) = cursor.next() {
+            at = cursor.offset();
+        }
+        if at > *end {
+            *end = at;
+            self.max_offset.store(at, Ordering::Release);
+        }
+        Ok(*end)
     }
 
     /// The segment queue.

@@ -86,12 +86,20 @@ pub struct RecoverOptions {
     /// The end of the highest record that a consume queue or the index refers to (0: none). Such records
     /// were dispatched, hence committed: damage before this point cannot be a torn write.
     pub dispatched_end: u64,
+    /// Where the segments live: on disk, or a read-only overlay in which the end is settled in memory only
+    /// (a torn tail is not zeroed, no segment is removed from disk).
+    pub storage: crate::mmap::Storage,
 }
 
 impl Default for RecoverOptions {
     /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell).
     fn default() -> Self {
-        RecoverOptions { mode: RecoveryMode::Strict, unclean: true, dispatched_end: 0 }
+        RecoverOptions {
+            mode: RecoveryMode::Strict,
+            unclean: true,
+            dispatched_end: 0,
+            storage: crate::mmap::Storage::Disk,
+        }
     }
 }
 
@@ -291,7 +299,8 @@ impl CommitLog {
         let pos = (p - file.start()) as usize;
         let rest = file.slice(pos, (file.end() - p) as usize).unwrap_or_default();
         let dirty = nonzero_extent(rest);
-        if dirty > 0 {
+        // In an overlay the bytes stay (nothing past the end is read; a live writer may still complete them).
+        if dirty > 0 && file.storage() == crate::mmap::Storage::Disk {
             let zeros = vec![0u8; 1 << 16];
             let mut at = 0;
             while at < dirty {
@@ -300,8 +309,8 @@ impl CommitLog {
                 at += n;
             }
             file.flush_range(pos, dirty)?;
-            report.discarded_bytes += dirty as u64;
         }
+        report.discarded_bytes += dirty as u64;
         report.removed_files += self.queue.remove_after(p) as u64;
         Ok(discarded)
     }

@@ -13,7 +13,7 @@ use super::{
     HASH_SLOT_COUNT_POS, HEADER_SIZE, INDEX_COUNT_POS, SLOT_SIZE,
 };
 use crate::error::{Error, Result};
-use crate::mmap::MappedFile;
+use crate::mmap::{MappedFile, Storage};
 
 /// The 40-byte header (`IndexHeader.java`), big-endian.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,8 +123,19 @@ impl IndexFile {
     /// `prev_end_phy_offset` / `prev_end_timestamp` (0 for the first file). As in RocketMQ, only those
     /// values are written now (each only if > 0); counts reach the disk with the first key.
     pub fn create(path: &Path, cfg: IndexConfig, prev_end_phy_offset: i64, prev_end_timestamp: i64) -> Result<Self> {
+        Self::create_in(Storage::Disk, path, cfg, prev_end_phy_offset, prev_end_timestamp)
+    }
+
+    /// [`IndexFile::create`] in `storage` (an overlay file lives in memory only).
+    pub fn create_in(
+        storage: Storage,
+        path: &Path,
+        cfg: IndexConfig,
+        prev_end_phy_offset: i64,
+        prev_end_timestamp: i64,
+    ) -> Result<Self> {
         cfg.validate()?;
-        let map = MappedFile::create(path, 0, cfg.file_size())?;
+        let map = MappedFile::create_in(storage, path, 0, cfg.file_size())?;
         let mut h = IndexHeader { index_count: 1, ..IndexHeader::default() };
         if prev_end_phy_offset > 0 {
             h.begin_phy_offset = prev_end_phy_offset;
@@ -144,8 +155,13 @@ impl IndexFile {
     /// Maps an existing file, which must be exactly `cfg.file_size()` bytes, and loads its header
     /// (a stored indexCount ≤ 0 reads as 1).
     pub fn open(path: &Path, cfg: IndexConfig) -> Result<Self> {
+        Self::open_in(Storage::Disk, path, cfg)
+    }
+
+    /// [`IndexFile::open`] in `storage` (an overlay maps the file copy-on-write).
+    pub fn open_in(storage: Storage, path: &Path, cfg: IndexConfig) -> Result<Self> {
         cfg.validate()?;
-        let map = MappedFile::open(path, 0, cfg.file_size())?;
+        let map = MappedFile::open_in(storage, path, 0, cfg.file_size())?;
         let mut h = map.slice(0, HEADER_SIZE).and_then(IndexHeader::decode).ok_or_else(|| Error::Corruption {
             path: path.to_owned(),
             offset: 0,
@@ -511,6 +527,11 @@ impl IndexFile {
             self.map.write(0, &h.encode());
         }
         self.map.flush()
+    }
+
+    /// Where the file lives.
+    pub fn storage(&self) -> Storage {
+        self.map.storage()
     }
 
     /// Removes the file from disk once the last reference to it is dropped.

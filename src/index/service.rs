@@ -15,6 +15,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::message::TransactionType;
+use crate::mmap::Storage;
 
 /// What `queryOffset` returns: the matching commitlog offsets (newest first, deduplicated) and the newest
 /// file's end values (`indexLastUpdateTimestamp`, `indexLastUpdatePhyoffset`; 0 without files).
@@ -32,6 +33,7 @@ pub struct QueryOffsetResult {
 #[derive(Debug)]
 pub struct IndexService {
     dir: PathBuf,
+    storage: Storage,
     cfg: IndexConfig,
     clock: fn() -> i64,
     files: RwLock<Vec<Arc<IndexFile>>>,
@@ -59,17 +61,32 @@ impl IndexService {
 
     /// [`IndexService::load`] with a clock for new file names (tests pin it to provoke name collisions).
     pub fn load_with_clock(dir: &Path, cfg: IndexConfig, clock: fn() -> i64) -> Result<Self> {
+        Self::load_in(Storage::Disk, dir, cfg, clock)
+    }
+
+    /// [`IndexService::load_with_clock`] in `storage`: in an overlay a missing directory holds no file, nothing
+    /// is created or deleted, and new or rebuilt files live in memory (see [`crate::mmap::Storage`]).
+    pub fn load_in(storage: Storage, dir: &Path, cfg: IndexConfig, clock: fn() -> i64) -> Result<Self> {
         cfg.validate()?;
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let overlay = storage == Storage::Overlay;
+        if !overlay {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let listing = match std::fs::read_dir(dir) {
+            Err(e) if overlay && e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            r => r.map_err(|e| Error::io(dir, e))?.collect(),
+        };
+        for entry in listing {
             let entry = entry.map_err(|e| Error::io(dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_file = entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_file();
             // A rebuild cut short by a crash: the file it was replacing (or the gap it was filling) is found
             // again by the checks at open.
             if is_file && name.ends_with(REBUILD_SUFFIX) {
-                std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+                if !overlay {
+                    std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+                }
                 continue;
             }
             // RocketMQ skips names that do not parse as a long; ours are always digits.
@@ -83,7 +100,9 @@ impl IndexService {
         if let Some(last) = names.last() {
             let path = dir.join(last);
             if std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len() == 0 {
-                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                if !overlay {
+                    std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                }
                 names.pop();
             }
         }
@@ -98,11 +117,14 @@ impl IndexService {
                 return Err(crate::file_queue::size_damage(&dir.join(n), 0, len, size));
             }
         }
-        let files =
-            names.iter().map(|n| IndexFile::open(&dir.join(n), cfg).map(Arc::new)).collect::<Result<Vec<_>>>()?;
+        let files = names
+            .iter()
+            .map(|n| IndexFile::open_in(storage, &dir.join(n), cfg).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
         let last = files.last().cloned();
         Ok(IndexService {
             dir: dir.to_owned(),
+            storage,
             cfg,
             clock,
             files: RwLock::new(files),
@@ -246,7 +268,7 @@ impl IndexService {
                 }
             }
         }
-        let file = Arc::new(IndexFile::create(&self.dir.join(&name), self.cfg, prev_end, prev_ts)?);
+        let file = Arc::new(IndexFile::create_in(self.storage, &self.dir.join(&name), self.cfg, prev_end, prev_ts)?);
         self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(Arc::clone(&file));
         **current = Some(Arc::clone(&file));
         if let Some(p) = prev {
@@ -367,8 +389,16 @@ impl IndexService {
         };
         let (mut end_phy, mut end_ts) = prev.map_or((0, 0), |p| (p.end_phy_offset(), p.end_timestamp()));
         let mut names = vec![first_name];
-        let tmp = |name: &str| self.dir.join(format!("{name}{REBUILD_SUFFIX}"));
-        let mut file = IndexFile::create(&tmp(&names[0]), self.cfg, end_phy, end_ts)?;
+        // In an overlay the new files live in memory under their final names.
+        let overlay = self.storage == Storage::Overlay;
+        let tmp = |name: &str| {
+            if overlay {
+                self.dir.join(name)
+            } else {
+                self.dir.join(format!("{name}{REBUILD_SUFFIX}"))
+            }
+        };
+        let mut file = IndexFile::create_in(self.storage, &tmp(&names[0]), self.cfg, end_phy, end_ts)?;
         let mut built: Vec<IndexFile> = Vec::new();
         let mut sink = |req: &IndexRequest<'_>| -> Result<()> {
             if req.transaction == TransactionType::Rollback {
@@ -403,7 +433,10 @@ impl IndexService {
                     } else {
                         name
                     };
-                    let full = std::mem::replace(&mut file, IndexFile::create(&tmp(&name), self.cfg, end_phy, end_ts)?);
+                    let full = std::mem::replace(
+                        &mut file,
+                        IndexFile::create_in(self.storage, &tmp(&name), self.cfg, end_phy, end_ts)?,
+                    );
                     built.push(full);
                     names.push(name);
                 }
@@ -414,6 +447,11 @@ impl IndexService {
         built.push(file);
         let mut fresh = Vec::with_capacity(built.len());
         for (f, name) in built.into_iter().zip(&names) {
+            if overlay {
+                f.mark_checked();
+                fresh.push(Arc::new(f));
+                continue;
+            }
             f.flush()?;
             let from = f.path().to_owned();
             drop(f);
@@ -423,7 +461,9 @@ impl IndexService {
             opened.mark_checked();
             fresh.push(Arc::new(opened));
         }
-        sync_dir(&self.dir)?;
+        if !overlay {
+            sync_dir(&self.dir)?;
+        }
         let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(t) = target {
             files.retain(|f| !Arc::ptr_eq(f, t));

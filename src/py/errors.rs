@@ -34,6 +34,7 @@ create_exception!(_native, StoreIOError, RmqError, "An operating-system I/O call
 create_exception!(_native, StoreStateError, RmqError, "The store cannot serve the call in its current state.");
 create_exception!(_native, StoreClosedError, StoreStateError, "The store is closed.");
 create_exception!(_native, StoreLockedError, StoreStateError, "Another open store holds the directory.");
+create_exception!(_native, ReadOnlyError, StoreStateError, "The store is open read-only; the call would write.");
 create_exception!(
     _native,
     StorePoisonedError,
@@ -130,6 +131,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add("StoreStateError", py.get_type::<StoreStateError>())?;
     add("StoreClosedError", py.get_type::<StoreClosedError>())?;
     add("StoreLockedError", py.get_type::<StoreLockedError>())?;
+    add("ReadOnlyError", py.get_type::<ReadOnlyError>())?;
     add("StorePoisonedError", py.get_type::<StorePoisonedError>())?;
     let invalid = INVALID_ARGUMENT.get_or_try_init(py, || {
         let doc = "An argument's value is out of range (NaN timeout, int beyond its Java type, lone surrogate); \
@@ -153,7 +155,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Corruption { path, offset, .. } => (Some(path.display().to_string()), Some(*offset)),
         Error::Io { path, .. } | Error::DiskFull { path, .. } => (Some(path.display().to_string()), None),
         Error::InvalidOffset { offset, .. } => (None, Some(*offset)),
-        Error::Locked(path) => (Some(path.display().to_string()), None),
+        Error::Locked(path) | Error::ReadOnly(path) => (Some(path.display().to_string()), None),
         _ => (None, None),
     };
     let py_err = match err {
@@ -173,6 +175,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
             Err(e) => e,
         }),
         Error::Locked(_) => StoreLockedError::new_err(msg),
+        Error::ReadOnly(_) => ReadOnlyError::new_err(msg),
         Error::Closed => StoreClosedError::new_err(msg),
         Error::Poisoned(_) => StorePoisonedError::new_err(msg),
     };

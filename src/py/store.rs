@@ -141,19 +141,20 @@ pub struct MessageStore {
 #[pymethods]
 impl MessageStore {
     #[new]
-    #[pyo3(signature = (path, config=None, recovery=None))]
+    #[pyo3(signature = (path, config=None, recovery=None, read_only=false))]
     fn new(
         py: Python<'_>,
         #[pyo3(from_py_with = args::path)] path: PathBuf,
         config: Option<&Bound<'_, PyAny>>,
         recovery: Option<&Bound<'_, PyAny>>,
+        read_only: bool,
     ) -> PyResult<Self> {
         let recovery = match recovery {
             None => RecoveryMode::Strict,
             Some(r) => RecoveryMode::parse(&args::text(r)?).map_err(to_py)?,
         };
         let config = config_from_dict(config)?;
-        let options = store::open::OpenOptions { recovery };
+        let options = store::open::OpenOptions { recovery, read_only };
         let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
         Ok(MessageStore { inner: Arc::new(store) })
     }
@@ -335,6 +336,19 @@ impl MessageStore {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
         py.detach(|| inner.close()).map_err(to_py)
+    }
+
+    /// Whether the store was opened read-only (`read_only=True`).
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.inner.is_read_only()
+    }
+
+    /// A read-only store takes in what another process (a live broker) wrote since it was opened or last
+    /// refreshed; segments deleted underneath read as MESSAGE_WAS_REMOVING. Returns the new end of the log.
+    /// On a writable store it changes nothing and returns the end.
+    fn refresh(&self, py: Python<'_>) -> PyResult<u64> {
+        py.detach(|| self.inner.refresh()).map_err(to_py)
     }
 
     /// Whether the store is closed.

@@ -30,6 +30,7 @@ pub fn path_safe_topic(topic: &str) -> bool {
 pub struct ConsumeQueueStore {
     dir: PathBuf,
     file_size: u64,
+    storage: crate::mmap::Storage,
     queues: RwLock<QueueMap>,
 }
 
@@ -37,9 +38,21 @@ impl ConsumeQueueStore {
     /// Loads every queue directory under `dir` (created if missing). Directories that cannot be a topic or a
     /// queue id are left alone and returned as `skipped`, as RocketMQ ignores non-numeric queue directories.
     pub fn load(dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        Self::load_in(crate::mmap::Storage::Disk, dir, file_size)
+    }
+
+    /// [`ConsumeQueueStore::load`] in `storage`: in an overlay a missing directory holds no queue, and queues
+    /// created later live in memory (see [`crate::mmap::Storage`]).
+    pub fn load_in(storage: crate::mmap::Storage, dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {
         let mut queues = QueueMap::new();
         let mut skipped = Vec::new();
+        if storage == crate::mmap::Storage::Overlay && !dir.exists() {
+            let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues) };
+            return Ok((store, skipped));
+        }
+        if storage == crate::mmap::Storage::Disk {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
         for topic_entry in read_dirs(dir)? {
             let name = topic_entry.file_name().and_then(|n| n.to_str()).map(str::to_owned);
             let Some(topic) = name.filter(|t| path_safe_topic(t)) else {
@@ -52,11 +65,11 @@ impl ConsumeQueueStore {
                     skipped.push(queue_entry);
                     continue;
                 };
-                let cq = ConsumeQueue::open(&queue_entry, &topic, queue_id, file_size)?;
+                let cq = ConsumeQueue::open_in(storage, &queue_entry, &topic, queue_id, file_size)?;
                 queues.entry(topic.clone()).or_default().insert(queue_id, Arc::new(cq));
             }
         }
-        let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, queues: RwLock::new(queues) };
+        let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues) };
         Ok((store, skipped))
     }
 
@@ -86,7 +99,7 @@ impl ConsumeQueueStore {
             return Ok(cq.clone());
         }
         let dir = self.dir.join(topic).join(queue_id.to_string());
-        let cq = Arc::new(ConsumeQueue::open(&dir, topic, queue_id, self.file_size)?);
+        let cq = Arc::new(ConsumeQueue::open_in(self.storage, &dir, topic, queue_id, self.file_size)?);
         queues.insert(queue_id, cq.clone());
         Ok(cq)
     }

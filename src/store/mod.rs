@@ -196,7 +196,12 @@ pub struct QueryResult {
 
 #[derive(Debug)]
 enum State {
-    Open { _lock: LockFile, abort: AbortFile },
+    Open {
+        _lock: LockFile,
+        abort: AbortFile,
+    },
+    /// Opened read-only: reads only, nothing held, nothing written (see [`open::OpenOptions::read_only`]).
+    ReadOnly,
     Poisoned(String),
     Closed,
 }
@@ -263,9 +268,40 @@ impl MessageStore {
     fn check_writable(&self) -> Result<()> {
         match &*self.state() {
             State::Open { .. } => Ok(()),
+            State::ReadOnly => Err(Error::ReadOnly(self.root.clone())),
             State::Poisoned(why) => Err(Error::Poisoned(why.clone())),
             State::Closed => Err(Error::Closed),
         }
+    }
+
+    /// Whether the store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        matches!(&*self.state(), State::ReadOnly)
+    }
+
+    /// A read-only store takes in what another process (a live broker) wrote since the open or the last
+    /// refresh: new segments and every complete record after the end, dispatched into the store's in-memory
+    /// view of the queues and index; segments deleted underneath (retention) are dropped, so their messages
+    /// read as `MESSAGE_WAS_REMOVING`. Returns the new end of the log. On a writable store it changes nothing
+    /// (the store sees its own writes) and returns the end.
+    pub fn refresh(&self) -> Result<u64> {
+        self.check_open()?;
+        if !self.is_read_only() {
+            return Ok(self.commitlog.max_offset());
+        }
+        let end = self.commitlog.refresh()?;
+        self.flushed_offset.fetch_max(end, Ordering::AcqRel);
+        loop {
+            let round = self.dispatch(u64::MAX, false)?;
+            if round.records == 0 || round.reput_offset >= end {
+                break;
+            }
+        }
+        let min = self.commitlog.min_offset() as i64;
+        for cq in self.queues.all() {
+            cq.correct_min_offset(min);
+        }
+        Ok(end)
     }
 
     /// Errors unless the store is open (reads work on a poisoned store).
@@ -538,7 +574,7 @@ impl MessageStore {
                 self.flush_derived(self.dispatched_timestamp.load(Ordering::Acquire))?;
                 abort.remove()
             })(),
-            State::Poisoned(_) | State::Closed => Ok(()),
+            State::ReadOnly | State::Poisoned(_) | State::Closed => Ok(()),
         };
         self.notify_new_data();
         let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -27,12 +27,20 @@ use crate::index::IndexService;
 use crate::message::ids::UniqIdGenerator;
 use crate::message::properties;
 use crate::message::tags::tags_code_of;
+use crate::mmap::Storage;
 
 /// How to open a store.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenOptions {
     /// What to do with damage inside the commitlog's data (bytes a killed process cannot leave).
     pub recovery: RecoveryMode,
+    /// Open without writing anything at all: no lock, no abort file, no checkpoint, no repair, no file
+    /// created, deleted or resized. The files are mapped copy-on-write ([`crate::mmap::Storage::Overlay`]):
+    /// the end of the log and any consume queue or index file that is missing, stale or damaged are worked
+    /// out in memory by the same rules as a writable open. Every writing call fails with
+    /// [`Error::ReadOnly`]. Safe on a read-only mount and on a directory a live broker writes (a consistent
+    /// view up to the last complete record at the time of the open).
+    pub read_only: bool,
 }
 
 impl MessageStore {
@@ -42,14 +50,24 @@ impl MessageStore {
     pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
         config.validate()?;
         config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
-        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-        let lock = LockFile::acquire(root)?;
+        let storage = if options.read_only { Storage::Overlay } else { Storage::Disk };
+        let lock = if options.read_only {
+            if !root.is_dir() {
+                let e = std::io::Error::new(std::io::ErrorKind::NotFound, "no store directory here");
+                return Err(Error::io(root, e));
+            }
+            None
+        } else {
+            std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+            Some(LockFile::acquire(root)?)
+        };
         let unclean_shutdown = AbortFile::exists(root);
-        let checkpoint = StoreCheckpoint::open(root)?;
-        let (queues, skipped_dirs) =
-            ConsumeQueueStore::load(&root.join("consumequeue"), config.consume_queue.mapped_file_size_consume_queue)?;
+        let checkpoint =
+            if options.read_only { StoreCheckpoint::open_read_only(root)? } else { StoreCheckpoint::open(root)? };
+        let cq_size = config.consume_queue.mapped_file_size_consume_queue;
+        let (queues, skipped_dirs) = ConsumeQueueStore::load_in(storage, &root.join("consumequeue"), cq_size)?;
         let index = if config.message_index_enable {
-            Some(IndexService::load(&root.join("index"), config.index)?)
+            Some(IndexService::load_in(storage, &root.join("index"), config.index, crate::commitlog::now_ms)?)
         } else {
             None
         };
@@ -66,12 +84,12 @@ impl MessageStore {
             .chain(index.as_ref().and_then(IndexService::last_indexed_offset).map(|o| o.saturating_add(1)))
             .max()
             .map_or(0, |m| m.max(0) as u64);
-        let recover = RecoverOptions { mode: options.recovery, unclean: unclean_shutdown, dispatched_end };
+        let recover = RecoverOptions { mode: options.recovery, unclean: unclean_shutdown, dispatched_end, storage };
         let (commitlog, open_report) =
             CommitLog::open_with(&root.join("commitlog"), config.commit_log.clone(), &recover)?;
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
-        let abort = AbortFile::create(root)?;
+        let abort = if options.read_only { None } else { Some(AbortFile::create(root)?) };
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
         let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
@@ -219,8 +237,14 @@ impl MessageStore {
             store.queue_offsets_after_reput(&mut table);
         }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
-        store.checkpoint_after_flush()?;
-        *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Open { _lock: lock, abort };
+        let state = match (lock, abort) {
+            (Some(lock), Some(abort)) => {
+                store.checkpoint_after_flush()?;
+                State::Open { _lock: lock, abort }
+            }
+            _ => State::ReadOnly,
+        };
+        *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = state;
         Ok(store)
     }
 }
@@ -282,10 +306,7 @@ type MissingHead = (std::sync::Arc<ConsumeQueue>, u64, (u64, i64));
 /// start, so the message before `q0` lies below it too.) One pass over the log from its start to the
 /// furthest such entry; nothing is read when no queue is in that position. Returns each queue with `q0` and
 /// the commitlog offset and queue offset of the message found.
-fn missing_heads(
-    queues: &ConsumeQueueStore,
-    log: &CommitLog,
-) -> Result<Vec<MissingHead>> {
+fn missing_heads(queues: &ConsumeQueueStore, log: &CommitLog) -> Result<Vec<MissingHead>> {
     let log_min = log.min_offset();
     let mut watch = std::collections::HashMap::new();
     for cq in queues.all() {

@@ -1,0 +1,295 @@
+"""Read-only open (`rmq.MessageStore(path, read_only=True)`): writes nothing at all (no byte, no mtime, no file
+created, deleted or resized), serves what a writable open serves (working out a torn tail, lost or damaged
+consume queues and index in memory), refuses every writing call with `ReadOnlyError`, works on a read-only
+mount, and beside a live writer sees a consistent prefix that `refresh()` extends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import rmq
+from conftest import small_config
+
+CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
+TOPICS = ("RoA", "RoB")
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-5.3.1" / "store"
+
+
+def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every path under `root` (and root itself): kind, size, mtime and, for files, the bytes."""
+    out: dict[str, tuple[object, ...]] = {}
+    for p in [root, *sorted(root.rglob("*"))]:
+        st = p.lstat()
+        rel = str(p.relative_to(root))
+        if p.is_dir():
+            out[rel] = ("dir", st.st_mtime_ns, st.st_mode)
+        else:
+            out[rel] = ("file", st.st_size, st.st_mtime_ns, st.st_mode, p.read_bytes())
+    return out
+
+
+def fill(root: Path, n: int = 240) -> None:
+    with rmq.MessageStore(root, CONFIG) as store:
+        for i in range(n):
+            store.put(TOPICS[i % 2], f"m{i:04}".encode() * (1 + i % 9), queue_id=i % 3, tags=f"t{i % 4}", keys=f"k{i}")
+        store.wait_dispatched(10)
+
+
+def served(store: rmq.MessageStore) -> dict[str, object]:
+    """Everything a reader gets: every queue's messages by get_message, every key's offsets, the ranges."""
+    out: dict[str, object] = {}
+    for topic in TOPICS:
+        for q in range(3):
+            got, offset = [], 0
+            while True:
+                r = store.get_message("g", topic, q, offset, 32)
+                if r.status.name != "FOUND":
+                    break
+                got += [(m.queue_offset, m.commitlog_offset, m.body) for m in r.messages]
+                offset = r.next_begin_offset
+            out[f"{topic}/{q}"] = got
+            out[f"{topic}/{q} range"] = (
+                store.get_min_offset_in_queue(topic, q),
+                store.get_max_offset_in_queue(topic, q),
+            )
+    for i in range(240):
+        res = store.query_message(TOPICS[i % 2], f"k{i}", 64)
+        out[f"k{i}"] = sorted(m.commitlog_offset for m in res.messages)
+    out["end"] = store.max_offset
+    return out
+
+
+def crashed_copy(src: Path, dst: Path) -> None:
+    """`src` as a killed writer leaves it: the abort file, and a torn append after the last record (its commit
+    word not written, the rest of its bytes there)."""
+    shutil.copytree(src, dst)
+    (dst / "abort").write_bytes(b"")
+    with rmq.MessageStore(src, CONFIG, read_only=True) as store:
+        end = store.max_offset
+    seg = CONFIG.mapped_file_size_commit_log
+    path = dst / "commitlog" / f"{end - end % seg:020}"
+    data = bytearray(path.read_bytes())
+    pos = end % seg
+    tail = b"\x00" * 8 + bytes(range(1, 120))
+    data[pos : pos + len(tail)] = tail[: len(data) - pos]
+    path.write_bytes(bytes(data))
+
+
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "clean": lambda root: None,
+    "no consumequeue": lambda root: shutil.rmtree(root / "consumequeue"),
+    "no index": lambda root: shutil.rmtree(root / "index"),
+    "no checkpoint": lambda root: (root / "checkpoint").unlink(),
+    "consume queue cut short": lambda root: [
+        f.write_bytes(f.read_bytes()[:40] + bytes(len(f.read_bytes()) - 40))
+        for f in sorted((root / "consumequeue" / "RoA" / "0").iterdir())[-1:]
+    ],
+    "index slot zeroed": lambda root: [
+        f.write_bytes(f.read_bytes()[:40] + bytes(64) + f.read_bytes()[104:])
+        for f in sorted((root / "index").iterdir())[:1]
+    ],
+    "first index file lost": lambda root: sorted((root / "index").iterdir())[0].unlink(),
+}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ro") / "base"
+    fill(root)
+    return root
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["closed", "crashed"])
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_read_only_open_writes_nothing_and_serves_what_a_writable_open_serves(
+    base: Path, tmp_path: Path, case: str, crash: bool
+) -> None:
+    ro, rw = tmp_path / "ro", tmp_path / "rw"
+    if crash:
+        crashed_copy(base, ro)
+    else:
+        shutil.copytree(base, ro)
+    DAMAGE[case](ro)
+    shutil.copytree(ro, rw)
+    before = snapshot(ro)
+    with rmq.MessageStore(ro, CONFIG, read_only=True) as store:
+        assert store.read_only
+        got = served(store)
+        reports = json.dumps([store.open_report, store.recovery_report]).replace(str(ro), "ROOT")
+    assert snapshot(ro) == before, "a read-only open changed the store"
+    with rmq.MessageStore(rw, CONFIG) as store:
+        assert not store.read_only
+        want = served(store)
+        assert json.dumps([store.open_report, store.recovery_report]).replace(str(rw), "ROOT") == reports
+    assert got == want
+    if crash:
+        assert json.loads(reports)[0]["torn_bytes"] > 0
+
+
+def test_every_writing_call_raises_read_only_error(base: Path, tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(base, root)
+    before = snapshot(root)
+    with rmq.MessageStore(root, CONFIG, read_only=True) as store:
+        calls: dict[str, Callable[[], object]] = {
+            "put": lambda: store.put("RoA", b"x"),
+            "put_batch": lambda: store.put_batch("RoA", [b"x", b"y"]),
+            "flush": store.flush,
+        }
+        for name, call in calls.items():
+            with pytest.raises(rmq.ReadOnlyError, match="read-only") as info:
+                call()
+            assert isinstance(info.value, rmq.StoreStateError), name
+            assert info.value.path == str(root), name
+        assert store.next_queue_offset("RoA", 0) == store.get_max_offset_in_queue("RoA", 0)
+    assert snapshot(root) == before
+
+
+def test_a_missing_directory_is_an_error_and_is_not_created(tmp_path: Path) -> None:
+    with pytest.raises(rmq.StoreIOError):
+        rmq.MessageStore(tmp_path / "nothing", CONFIG, read_only=True)
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_rocketmq_written_store_read_only(tmp_path: Path) -> None:
+    root = tmp_path / "rmq531"
+    shutil.copytree(FIXTURE, root)
+    cfg = rmq.StoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=160,
+        max_hash_slot_num=64,
+        max_index_num=128,
+    )
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    before = snapshot(root)
+    with rmq.MessageStore(root, cfg, read_only=True) as ro, rmq.MessageStore(copy, cfg) as rw:
+        assert ro.topics() == rw.topics()
+        for topic in ro.topics():
+            for q in ro.queue_ids(topic):
+                a = ro.get_message("g", topic, q, 0, 1000)
+                b = rw.get_message("g", topic, q, 0, 1000)
+                assert [m.body for m in a.messages] == [m.body for m in b.messages]
+                assert a.status == b.status
+    assert snapshot(root) == before
+
+
+@pytest.fixture
+def read_only_mount(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A store and a read-only bind mount of it (CI runs as root; elsewhere the mount must work too)."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    mnt.mkdir()
+    fill(src, 60)
+    steps = [["mount", "--bind", str(src), str(mnt)], ["mount", "-o", "remount,ro,bind", str(mnt)]]
+    for step in steps:
+        proc = subprocess.run(step, capture_output=True, text=True)
+        if proc.returncode != 0:
+            subprocess.run(["umount", str(mnt)], capture_output=True)
+            pytest.fail(f"cannot make a read-only bind mount ({' '.join(step)}: {proc.stderr.strip()})")
+    try:
+        yield src, mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_read_only_mount(read_only_mount: tuple[Path, Path]) -> None:
+    src, mnt = read_only_mount
+    (src / "abort").write_bytes(b"")  # it looks crashed, so a writable open would repair
+    before = snapshot(src)
+    with pytest.raises(rmq.StoreIOError):
+        rmq.MessageStore(mnt, CONFIG)
+    with rmq.MessageStore(mnt, CONFIG, read_only=True) as store:
+        bodies = [m.body for m in store.get_message("g", "RoA", 0, 0, 100).messages]
+        bodies += [m.body for m in store.get_message("g", "RoA", 0, len(bodies), 100).messages]
+        assert bodies == [f"m{i:04}".encode() * (1 + i % 9) for i in range(0, 60, 6)]
+        assert store.recovery_report["checkpoint_restart"] is not None
+    assert snapshot(src) == before
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time, rmq
+    root, n = sys.argv[1], int(sys.argv[2])
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=160,
+                          max_hash_slot_num=16, max_index_num=32)
+    with rmq.MessageStore(root, cfg) as store:
+        for i in range(n):
+            store.put("Live", b"%06d" % i * (1 + i % 7), keys="L%d" % i)
+            if i % 50 == 0:
+                print(i, flush=True)
+                time.sleep(0.01)
+        print("done", flush=True)
+        sys.stdin.readline()
+    """
+)
+
+
+def test_beside_a_live_writer_a_consistent_prefix_that_refresh_extends(tmp_path: Path) -> None:
+    root = tmp_path / "live"
+    n = 2000
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root), str(n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert writer.stdout is not None
+        writer.stdout.readline()  # the store exists and holds a message
+        with rmq.MessageStore(root, CONFIG, read_only=True) as store:
+            seen, ends, offset = 0, [], 0
+            while True:
+                ends.append(store.refresh())
+                r = store.get_message("g", "Live", 0, offset, 1000)
+                for m in r.messages:
+                    assert m.queue_offset == seen
+                    assert m.body == b"%06d" % seen * (1 + seen % 7)
+                    seen += 1
+                offset = r.next_begin_offset
+                if seen == n:
+                    break
+                if writer.poll() is not None:
+                    pytest.fail(f"the writer died: {writer.returncode}")
+                time.sleep(0.005)
+            assert ends == sorted(ends) and len(set(ends)) > 2, "refresh never saw the log grow"
+            hits = store.query_message("Live", f"L{n - 1}", 4)
+            assert [m.queue_offset for m in hits.messages] == [n - 1]
+    finally:
+        if writer.stdin:
+            writer.stdin.close()
+        writer.wait(timeout=60)
+        if writer.stdout:
+            writer.stdout.close()
+    assert writer.returncode == 0
+    assert not sorted(root.rglob("*.rebuild"))
+
+
+def test_a_segment_deleted_underneath_reads_as_removed(base: Path, tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(base, root)
+    with rmq.MessageStore(root, CONFIG, read_only=True) as store:
+        first = sorted((root / "commitlog").iterdir())[0]
+        first_offsets = [
+            m.queue_offset for m in store.get_message("g", "RoA", 0, 0, 1000).messages if m.commitlog_offset < 4096
+        ]
+        assert first_offsets
+        first.unlink()  # retention by the broker
+        store.refresh()
+        r = store.get_message("g", "RoA", 0, 0, 10)
+        assert r.status.name in ("OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING")
+        assert store.look_message_by_offset(0) is None
+        assert store.min_offset == 4096
