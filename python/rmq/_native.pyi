@@ -242,6 +242,8 @@ class GetMessageResult:
     def raw(self) -> list[RecordView]: ...
 
 @disjoint_base
+def check_store(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
+
 class MessageStore:
     def __new__(
         cls,

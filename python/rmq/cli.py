@@ -357,7 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.add_argument("--json", type=Path, default=None, help="also write the summaries as JSON here")
     desc = sub.add_parser("describe", help="print a store's canonical description (tests/interop/README.md)")
     desc.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
-    for p in (scan, desc):
+    chk = sub.add_parser("check", help="read-only consistency report; exit 0 clean, 1 problems, 2 unreadable")
+    chk.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
+    chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    for p in (scan, desc, chk):
         p.add_argument("--max-hash-slot-num", type=int, default=None, help="index slots (if not the default ratio)")
         p.add_argument("--max-index-num", type=int, default=None, help="index entries (if not the default ratio)")
     args = parser.parse_args(argv)
@@ -370,6 +373,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_spark(args.store, args.out, args.master, args.json)
         else:
             config = existing_store_config(args.store, args.max_hash_slot_num, args.max_index_num)
+            if args.command == "check":
+                from rmq.check import UNREADABLE, run_check
+
+                try:
+                    return run_check(args.store, config, args.json)
+                except rmq.RmqError as e:
+                    print(f"rmq: {e}", file=sys.stderr)
+                    return UNREADABLE
             if args.command == "scan":
                 run_scan(args.store, args.from_offset, args.limit, config=config)
             else:

@@ -737,8 +737,43 @@ impl Scanner {
     }
 }
 
+/// `rmq check`: reads every byte of the store at `path` and writes none (see `store::verify`). Returns a dict:
+/// `findings` (area, kind, path, offset, what), counts, and the RocketMQ and rmq verdicts.
+#[pyfunction]
+#[pyo3(signature = (path, config=None))]
+fn check_store<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::path)] path: PathBuf,
+    config: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let config = config_from_dict(config)?;
+    let rep = py.detach(|| store::verify::check(&path, config)).map_err(to_py)?;
+    let d = PyDict::new(py);
+    let findings = pyo3::types::PyList::empty(py);
+    for f in &rep.findings {
+        let item = PyDict::new(py);
+        item.set_item("area", f.area)?;
+        item.set_item("kind", f.kind)?;
+        item.set_item("path", f.path.display().to_string())?;
+        item.set_item("offset", f.offset)?;
+        item.set_item("what", &f.what)?;
+        findings.append(item)?;
+    }
+    d.set_item("clean", rep.is_clean())?;
+    d.set_item("findings", findings)?;
+    d.set_item("records", rep.records)?;
+    d.set_item("record_bytes", rep.record_bytes)?;
+    d.set_item("segments", rep.segments)?;
+    d.set_item("cq_entries", rep.cq_entries)?;
+    d.set_item("index_entries", rep.index_entries)?;
+    d.set_item("rocketmq_verdict", &rep.rocketmq_verdict)?;
+    d.set_item("rmq_verdict", &rep.rmq_verdict)?;
+    Ok(d)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MessageStore>()?;
     m.add_class::<Scanner>()?;
+    m.add_function(wrap_pyfunction!(check_store, m)?)?;
     Ok(())
 }

@@ -26,7 +26,7 @@ use crate::message::properties::{self, keys};
 use crate::message::TransactionType;
 
 /// The owned index keys of one record (what `build_index` is given for it).
-struct Keys {
+pub(super) struct Keys {
     topic: String,
     uniq_key: Option<String>,
     keys: Option<String>,
@@ -36,7 +36,7 @@ struct Keys {
 }
 
 impl Keys {
-    fn of(rec: &Record) -> Self {
+    pub(super) fn of(rec: &Record) -> Self {
         let bytes = rec.bytes();
         let h = &rec.header;
         let props = h.properties(bytes);
@@ -68,7 +68,7 @@ impl Keys {
     }
 
     /// The stored keyHashes of the record's keys.
-    fn hashes(&self) -> impl Iterator<Item = i32> + '_ {
+    pub(super) fn hashes(&self) -> impl Iterator<Item = i32> + '_ {
         let topic_hash = hash_continue(0, &self.topic);
         let tokens = self.keys.iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
         self.uniq_key.iter().map(String::as_str).chain(tokens).map(move |k| key_hash_from(topic_hash, k))

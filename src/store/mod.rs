@@ -6,6 +6,7 @@ pub mod get;
 mod index_check;
 pub mod open;
 pub mod validate;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

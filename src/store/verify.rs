@@ -1,0 +1,481 @@
+//! The read-only consistency report behind `rmq check` (in the manner of kafka-dump-log's index sanity check
+//! and raft-engine's `ctl check`): every byte of the store is read, nothing is written.
+//!
+//! - **commitlog**: every record from the first segment to the end (length, magic, body CRC, the `__CRC32#`
+//!   property where present, its own offset), blank fillers, and what follows the end: zeros, a torn write
+//!   (after a crash), or damage with the valid records after it;
+//! - **consume queues**: every entry against the record it names (topic, queue id, queue offset, size,
+//!   tagsCode), queue offsets dense, entries past the end of the log;
+//! - **index**: each file's header, slots and chains ([`IndexFile::verify`]), every entry against its record
+//!   (a message carrying a key of the entry's hash), keyed messages no file covers;
+//! - **checkpoint** against the data, and `config/consumerOffset.json` against each queue's range.
+//!
+//! It ends with verdicts a person can act on: what RocketMQ 5.3.1's recovery would do with this store (its
+//! normal recovery looks at the last three segments, its abnormal recovery from the checkpoint's segment, and
+//! cuts the log at the first record it cannot read) and what rmq's open would do (a read-only open, run for
+//! real, in strict and salvage modes).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::dispatch::ConsumeQueueStore;
+use super::open::OpenOptions;
+use super::MessageStore;
+use crate::checkpoint::AbortFile;
+use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
+use crate::commitlog::{CommitLog, RecoveryMode};
+use crate::config::StoreConfig;
+use crate::error::{Error, Result};
+use super::index_check::Keys;
+use crate::index::IndexService;
+use crate::java::decode_utf8_lossy;
+use crate::message::decode::CheckOptions;
+use crate::message::properties::{self, keys};
+use crate::message::tags::tags_code_of;
+use crate::mmap::Storage;
+
+/// One problem found, in one file at one byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// `commitlog`, `consumequeue`, `index`, `checkpoint`, `offsets`.
+    pub area: &'static str,
+    /// `damage` (bytes a crash cannot leave), `torn` (what a killed writer leaves), `stale` (a derived file
+    /// behind or ahead of the log, rebuilt by an open), `note`.
+    pub kind: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// Byte position in the file (commitlog: the global offset).
+    pub offset: i64,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// What `rmq check` found.
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    /// Problems, in the order found (commitlog, consume queues, index, checkpoint, offsets).
+    pub findings: Vec<Finding>,
+    /// Valid records in the commitlog.
+    pub records: u64,
+    /// Bytes of valid records.
+    pub record_bytes: u64,
+    /// Commitlog segments.
+    pub segments: usize,
+    /// Consume-queue entries checked.
+    pub cq_entries: u64,
+    /// Index entries checked.
+    pub index_entries: u64,
+    /// What RocketMQ's recovery would do.
+    pub rocketmq_verdict: String,
+    /// What rmq's open would do.
+    pub rmq_verdict: String,
+}
+
+impl CheckReport {
+    /// No finding of damage, torn bytes or stale derived files.
+    pub fn is_clean(&self) -> bool {
+        self.findings.iter().all(|f| f.kind == "note")
+    }
+}
+
+/// A position where the walk met bytes that are not a record, and what it found after them.
+struct Break {
+    offset: u64,
+    path: PathBuf,
+    reason: String,
+    /// Valid records after it (to the end of the log), with their topics.
+    following: u64,
+    topics: BTreeMap<String, u64>,
+}
+
+/// Checks the store at `root` without writing anything (module docs). Errors only when the store cannot be
+/// read at all (no commitlog directory, a segment layout no open accepts).
+pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
+    let mut rep = CheckReport::default();
+    let unclean = AbortFile::exists(root);
+    // rmq's verdict: the open itself, read-only. Salvage opens whatever strict would refuse.
+    let strict = MessageStore::open_with(root, config.clone(), &OpenOptions { read_only: true, ..OpenOptions::default() });
+    let salvage_opts = OpenOptions { recovery: RecoveryMode::Salvage, read_only: true };
+    let (store, strict_error) = match strict {
+        Ok(s) => (s, None),
+        Err(Error::Corruption { path, offset, reason }) => {
+            let s = MessageStore::open_with(root, config.clone(), &salvage_opts)?;
+            (s, Some(format!("{}: {reason} (offset {offset})", path.display())))
+        }
+        Err(e) => return Err(e),
+    };
+    let log = &store.commitlog;
+    rep.segments = log.queue().files().len();
+    let walk = walk_log(log, &mut rep);
+    let open = store.open_report();
+    for b in &walk {
+        let torn = open.torn_bytes > 0 && b.offset == open.end_offset;
+        rep.findings.push(Finding {
+            area: "commitlog",
+            kind: if torn { "torn" } else { "damage" },
+            path: b.path.clone(),
+            offset: b.offset as i64,
+            what: if torn {
+                format!("{}: an unfinished write left by a killed process ({} bytes)", b.reason, open.torn_bytes)
+            } else {
+                format!("{}; {} valid records follow", b.reason, b.following)
+            },
+        });
+    }
+    if open.removed_files > 0 {
+        rep.findings.push(Finding {
+            area: "commitlog",
+            kind: "note",
+            path: log.queue().dir().to_owned(),
+            offset: open.end_offset as i64,
+            what: format!("{} segment(s) after the end hold nothing (pre-allocated)", open.removed_files),
+        });
+    }
+    check_queues(root, &config, log, &mut rep)?;
+    check_index(root, &config, log, &mut rep)?;
+    check_checkpoint(root, &store, &mut rep);
+    check_offsets(root, &store, &mut rep);
+    rep.rocketmq_verdict = rocketmq_verdict(log, &store, &walk, unclean);
+    rep.rmq_verdict = rmq_verdict(&store, strict_error, &walk);
+    Ok(rep)
+}
+
+/// Every record of the log with CRCs; the positions that are not records (past which the walk resynchronises
+/// at the next valid record), each with the valid records after it.
+fn walk_log(log: &CommitLog, rep: &mut CheckReport) -> Vec<Break> {
+    let queue = log.queue();
+    let Some(last) = queue.last() else { return Vec::new() };
+    let limit = last.end();
+    let opts = CheckOptions { check_crc: true, ..log.check_options() };
+    let mut cursor = Cursor::new(queue, queue.min_offset(), limit, opts);
+    let mut breaks: Vec<Break> = Vec::new();
+    loop {
+        let at = cursor.offset();
+        let (file, reason) = match cursor.next() {
+            None | Some(Step::Missing { .. }) => break,
+            Some(Step::Record(rec)) => {
+                rep.records += 1;
+                rep.record_bytes += u64::from(rec.header.total_size.unsigned_abs());
+                if !breaks.is_empty() {
+                    let topic = decode_utf8_lossy(rec.header.topic(rec.bytes())).into_owned();
+                    for b in &mut breaks {
+                        b.following += 1;
+                        *b.topics.entry(topic.clone()).or_default() += 1;
+                    }
+                }
+                continue;
+            }
+            Some(Step::Blank { .. }) => continue,
+            Some(Step::Zero { file, .. }) => (file, "nothing was written here".to_owned()),
+            Some(Step::Partial { file, .. }) => (file, "record is truncated".to_owned()),
+            Some(Step::Invalid { file, reason, .. }) => (file, reason),
+        };
+        // All zeros from here to the end of the last segment: the clean end of the data.
+        let rest_zero = queue.files().iter().filter(|f| f.end() > at).all(|f| {
+            let from = at.max(f.start());
+            f.slice((from - f.start()) as usize, (f.end() - from) as usize).is_some_and(|b| nonzero_extent(b) == 0)
+        });
+        if rest_zero {
+            break;
+        }
+        breaks.push(Break {
+            offset: at,
+            path: file.path().to_owned(),
+            reason,
+            following: 0,
+            topics: BTreeMap::new(),
+        });
+        match find_valid_record(queue, at + 1, limit, false) {
+            Some(next) => cursor.seek(next),
+            None => break,
+        }
+    }
+    breaks
+}
+
+/// Every entry of every queue on disk against its record.
+fn check_queues(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut CheckReport) -> Result<()> {
+    let size = config.consume_queue.mapped_file_size_consume_queue;
+    let (queues, skipped) = ConsumeQueueStore::load_in(Storage::Overlay, &root.join("consumequeue"), size)?;
+    for dir in skipped {
+        rep.findings.push(Finding {
+            area: "consumequeue",
+            kind: "note",
+            path: dir,
+            offset: 0,
+            what: "not a topic or queue-id directory; left alone".into(),
+        });
+    }
+    let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
+    let end = log.max_offset() as i64;
+    let log_min = log.min_offset() as i64;
+    for cq in queues.all() {
+        cq.recover()?;
+        let (min, max) = (cq.min_offset(), cq.max_offset());
+        let mut bad = 0u64;
+        let mut first_bad: Option<(u64, String)> = None;
+        for q in min..max {
+            let Some(e) = cq.entry(q) else { continue };
+            if e.is_pre_blank() {
+                continue;
+            }
+            rep.cq_entries += 1;
+            let problem = if e.offset >= end {
+                Some(format!("points at commitlog offset {} at or past the end of the log ({end})", e.offset))
+            } else if e.offset < log_min {
+                None // removed by retention
+            } else {
+                match log.read(e.offset as u64) {
+                    Ok(Some(rec)) => {
+                        let bytes = rec.bytes();
+                        let h = &rec.header;
+                        let props = h.properties(bytes);
+                        let code = tags_code_of(
+                            h.topic(bytes),
+                            properties::get_raw(props, keys::TAGS),
+                            properties::get_raw(props, keys::DELAY),
+                            h.store_timestamp,
+                            &delay_levels,
+                        )
+                        .ok();
+                        let mut diffs = Vec::new();
+                        if h.topic(bytes) != cq.topic().as_bytes() || h.queue_id != cq.queue_id() {
+                            diffs.push(format!(
+                                "the record is of {}/{}",
+                                decode_utf8_lossy(h.topic(bytes)),
+                                h.queue_id
+                            ));
+                        }
+                        if h.queue_offset != q as i64 {
+                            diffs.push(format!("the record has queue offset {}", h.queue_offset));
+                        }
+                        if h.total_size != e.size {
+                            diffs.push(format!("size {} where the record has {}", e.size, h.total_size));
+                        }
+                        if code != Some(e.tags_code) {
+                            diffs.push(format!("tagsCode {} where the record gives {code:?}", e.tags_code));
+                        }
+                        (!diffs.is_empty()).then(|| diffs.join(", "))
+                    }
+                    Ok(None) => Some(format!("no record at commitlog offset {}", e.offset)),
+                    Err(err) => Some(err.to_string()),
+                }
+            };
+            if let Some(p) = problem {
+                bad += 1;
+                first_bad.get_or_insert((q, p));
+            }
+        }
+        if let Some((q, what)) = first_bad {
+            let path = cq.files().iter().find(|f| q * 20 >= f.start() && q * 20 < f.end()).map(|f| f.path().to_owned());
+            rep.findings.push(Finding {
+                area: "consumequeue",
+                kind: "stale",
+                path: path.unwrap_or_else(|| cq.dir().to_owned()),
+                offset: ((q * 20) % cq.file_size()) as i64,
+                what: format!(
+                    "{}/{}: entry {q}: {what}{}",
+                    cq.topic(),
+                    cq.queue_id(),
+                    if bad > 1 { format!(" (and {} more entries)", bad - 1) } else { String::new() }
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Each index file whole, and every entry against its record.
+fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut CheckReport) -> Result<()> {
+    if !config.message_index_enable {
+        return Ok(());
+    }
+    let index = IndexService::load_in(Storage::Overlay, &root.join("index"), config.index, crate::commitlog::now_ms)?;
+    let files = index.files();
+    for (i, f) in files.iter().enumerate() {
+        let newest = i + 1 == files.len();
+        if let Err(d) = f.check_header(newest).and_then(|()| f.verify()) {
+            rep.findings.push(Finding {
+                area: "index",
+                kind: "stale",
+                path: f.path().to_owned(),
+                offset: d.offset as i64,
+                what: d.reason,
+            });
+            continue;
+        }
+        let mut bad = 0u64;
+        let mut first: Option<(u64, String)> = None;
+        let log_min = log.min_offset() as i64;
+        f.entries_back(&mut |n, hash, offset| {
+            rep.index_entries += 1;
+            if offset < log_min && offset >= 0 {
+                return true;
+            }
+            let ok = match log.read(offset.max(0) as u64) {
+                Ok(Some(rec)) => Keys::of(&rec).hashes().any(|h| h == hash),
+                _ => false,
+            };
+            if !ok {
+                bad += 1;
+                first.get_or_insert((f.entry_position(n), format!("entry {n} (commitlog offset {offset}) has no message with a key of its hash")));
+            }
+            true
+        });
+        if let Some((pos, what)) = first {
+            rep.findings.push(Finding {
+                area: "index",
+                kind: "stale",
+                path: f.path().to_owned(),
+                offset: pos as i64,
+                what: if bad > 1 { format!("{what} (and {} more entries)", bad - 1) } else { what },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The checkpoint's durable points against the data: a point later than the newest record means the
+/// checkpoint was written for data that is not there (a lost or cut commitlog).
+fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
+    let v = store.checkpoint();
+    let path = root.join("checkpoint");
+    if !path.exists() {
+        rep.findings.push(Finding { area: "checkpoint", kind: "note", path, offset: 0, what: "no checkpoint file".into() });
+        return;
+    }
+    let log = &store.commitlog;
+    let newest = log.queue().files().iter().rev().find_map(|f| {
+        let mut c = log.cursor(f.start(), log.max_offset());
+        let mut ts = None;
+        while let Some(Step::Record(r)) = c.next() {
+            ts = Some(r.header.store_timestamp);
+        }
+        ts
+    });
+    if let Some(newest) = newest {
+        for (name, at, value) in [("physicMsgTimestamp", 0, v.physic_msg_timestamp), ("logicsMsgTimestamp", 8, v.logics_msg_timestamp)] {
+            if value > newest {
+                rep.findings.push(Finding {
+                    area: "checkpoint",
+                    kind: "damage",
+                    path: path.clone(),
+                    offset: at,
+                    what: format!("{name} {value} is after the newest record's store time {newest}"),
+                });
+            }
+        }
+    }
+}
+
+/// Committed offsets against each queue's range.
+fn check_offsets(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
+    let path = root.join("config").join("consumerOffset.json");
+    let Ok(text) = std::fs::read(&path) else { return };
+    let decoded = match crate::offsets::decode(&text) {
+        Ok(d) => d,
+        Err(e) => {
+            rep.findings.push(Finding { area: "offsets", kind: "damage", path, offset: 0, what: format!("{e:?}") });
+            return;
+        }
+    };
+    for issue in &decoded.issues {
+        rep.findings.push(Finding { area: "offsets", kind: "damage", path: path.clone(), offset: 0, what: format!("{issue:?}") });
+    }
+    for (key, queues) in &decoded.table {
+        let Some((topic, group)) = key.split_once('@') else { continue };
+        for &(q, committed) in queues {
+            let max = store.queues.find(topic, q).map_or(0, |cq| cq.max_offset() as i64);
+            if committed > max {
+                rep.findings.push(Finding {
+                    area: "offsets",
+                    kind: "damage",
+                    path: path.clone(),
+                    offset: 0,
+                    what: format!("group {group} committed offset {committed} on {topic}/{q}, past the queue's end {max}"),
+                });
+            }
+        }
+    }
+}
+
+fn describe_topics(topics: &BTreeMap<String, u64>) -> String {
+    let mut v: Vec<String> = topics.iter().map(|(t, n)| format!("{t} ({n})")).collect();
+    if v.len() > 8 {
+        let more = v.len() - 8;
+        v.truncate(8);
+        v.push(format!("{more} more topics"));
+    }
+    v.join(", ")
+}
+
+/// What RocketMQ 5.3.1's recovery would do: after a clean shutdown it validates the last three segments,
+/// after a crash from the newest segment whose first record is older than the checkpoint; it cuts the log at
+/// the first record it cannot read (CRC checked) and drops the consume-queue entries past the cut.
+fn rocketmq_verdict(log: &CommitLog, store: &MessageStore, walk: &[Break], unclean: bool) -> String {
+    let files = log.queue().files();
+    let start = if unclean {
+        store.recovery.checkpoint_restart.unwrap_or(log.min_offset())
+    } else {
+        files.len().checked_sub(3).and_then(|i| files.get(i)).map_or(log.min_offset(), |f| f.start())
+    };
+    let Some(first) = walk.iter().find(|b| b.offset >= start) else {
+        if let Some(b) = walk.first() {
+            return format!(
+                "RocketMQ's recovery would not look at offset {} (it validates from {start}); the damage there \
+                 would surface when a consumer reads those messages",
+                b.offset
+            );
+        }
+        return "clean: RocketMQ's recovery would keep every record".into();
+    };
+    if first.following == 0 {
+        return format!(
+            "RocketMQ would cut the commitlog at offset {} (the end of the data; nothing valid follows)",
+            first.offset
+        );
+    }
+    format!(
+        "RocketMQ would truncate the commitlog at offset {}, dropping {} messages of topics {}",
+        first.offset,
+        first.following,
+        describe_topics(&first.topics)
+    )
+}
+
+/// What rmq's open would do, from the read-only opens this check ran.
+fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break]) -> String {
+    let open = store.open_report();
+    let rec = store.recovery_report();
+    let mut parts = Vec::new();
+    if let Some(e) = strict_error {
+        parts.push(format!(
+            "rmq refuses to open it (strict): {e}; recovery=\"truncate\" cuts there, recovery=\"salvage\" skips {} \
+             damaged range(s) and keeps every valid record",
+            open.damage.len()
+        ));
+    } else if let Some(b) = walk.iter().find(|b| b.offset < open.validated_from) {
+        parts.push(format!(
+            "rmq opens it; the damage at offset {} lies before the segments an open validates: get_message \
+             reports those records and goes on",
+            b.offset
+        ));
+    }
+    if open.torn_bytes > 0 {
+        parts.push(format!("rmq discards the torn write at offset {} ({} bytes)", open.end_offset, open.torn_bytes));
+    }
+    if !rec.rebuilt_queues.is_empty() {
+        parts.push(format!("rmq rebuilds consume queues {}", rec.rebuilt_queues.join(", ")));
+    }
+    if !rec.rebuilt_index_files.is_empty() {
+        parts.push(format!("rmq rebuilds {} index range(s)", rec.rebuilt_index_files.len()));
+    }
+    if rec.rebuilt_cq_entries > 0 {
+        parts.push(format!("rmq dispatches {} missing consume-queue entries", rec.rebuilt_cq_entries));
+    }
+    if parts.is_empty() {
+        "clean: rmq opens it as it is".into()
+    } else {
+        parts.join("; ")
+    }
+}

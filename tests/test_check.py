@@ -1,0 +1,204 @@
+"""`rmq check`: the right finding and verdict for each kind of damage, "clean" on clean stores, exit status
+0 / 1 / 2, and not a byte, mtime or file changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import small_config
+from test_read_only import snapshot
+
+import rmq
+from rmq.check import check_store
+
+SEG = 4096
+CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
+N = 300
+
+
+def fill(root: Path) -> list[int]:
+    """N messages over 2 topics x 3 queues, a key each; returns their commitlog offsets."""
+    offsets = []
+    with rmq.MessageStore(root, CONFIG) as store:
+        for i in range(N):
+            r = store.put(("ChkA", "ChkB")[i % 2], b"%05d" % i * (1 + i % 5), queue_id=i % 3, keys=f"k{i}")
+            offsets.append(r.wrote_offset)
+        store.wait_dispatched(10)
+    return offsets
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    root = tmp_path_factory.mktemp("chk") / "base"
+    return root, fill(root)
+
+
+def segment(root: Path, offset: int) -> tuple[Path, int]:
+    return root / "commitlog" / f"{offset - offset % SEG:020}", offset % SEG
+
+
+def patch(path: Path, pos: int, data: bytes) -> None:
+    b = bytearray(path.read_bytes())
+    b[pos : pos + len(data)] = data
+    path.write_bytes(bytes(b))
+
+
+def run(root: Path, *extra: str) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmq.cli", "check", str(root), *extra], capture_output=True, text=True, timeout=120
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_clean_store_is_clean(base: tuple[Path, list[int]], tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    before = snapshot(root)
+    rep = check_store(root, CONFIG)
+    assert rep["clean"], rep["findings"]
+    assert rep["findings"] == []
+    assert (rep["records"], rep["cq_entries"]) == (N, N)
+    assert rep["index_entries"] == 2 * N  # UNIQ_KEY and the key
+    assert rep["rocketmq_verdict"].startswith("clean") and rep["rmq_verdict"].startswith("clean")
+    code, out, err = run(root, "--json")
+    assert code == 0, err
+    assert json.loads(out)["clean"]
+    assert snapshot(root) == before
+
+
+def last_record(offsets: list[int]) -> int:
+    return offsets[-1]
+
+
+Case = Callable[[Path, list[int]], None]
+
+
+def flip_early_body(root: Path, offsets: list[int]) -> None:
+    path, pos = segment(root, offsets[3])
+    b = bytearray(path.read_bytes())
+    b[pos + 200] ^= 0x40  # inside the body of record 3 (bodies start after ~100 header bytes)
+    path.write_bytes(bytes(b))
+
+
+def garbage_in_last_segment(root: Path, offsets: list[int]) -> None:
+    path, pos = segment(root, offsets[-5])
+    patch(path, pos, b"\xff" * 12)
+
+
+def garbage_after_the_end(root: Path, offsets: list[int]) -> None:
+    with rmq.MessageStore(root, CONFIG, read_only=True) as store:
+        end = store.max_offset
+    path, pos = segment(root, end)
+    patch(path, pos, bytes(range(1, 101)))
+
+
+def torn_tail(root: Path, offsets: list[int]) -> None:
+    with rmq.MessageStore(root, CONFIG, read_only=True) as store:
+        end = store.max_offset
+    path, pos = segment(root, end)
+    patch(path, pos, b"\x00" * 8 + bytes(range(1, 90)))
+    (root / "abort").write_bytes(b"")
+
+
+def preallocated_segment(root: Path, offsets: list[int]) -> None:
+    last = sorted((root / "commitlog").iterdir())[-1]
+    (root / "commitlog" / f"{int(last.name) + SEG:020}").write_bytes(bytes(SEG))
+
+
+def cq_past_the_log(root: Path, offsets: list[int]) -> None:
+    last = sorted((root / "consumequeue" / "ChkA" / "0").iterdir())[-1]
+    data = last.read_bytes()
+    n = len(data.rstrip(b"\x00")) // 20
+    patch(last, 20 * (n - 1), struct.pack(">qiq", 10**9, 100, 0))
+
+
+def cq_not_dense(root: Path, offsets: list[int]) -> None:
+    first = sorted((root / "consumequeue" / "ChkB" / "1").iterdir())[0]
+    data = first.read_bytes()
+    patch(first, 0, data[20:40] + data[0:20])
+
+
+def index_slot_zeroed(root: Path, offsets: list[int]) -> None:
+    f = sorted((root / "index").iterdir())[1]
+    data = f.read_bytes()
+    slot = next(i for i in range(16) if data[40 + 4 * i : 44 + 4 * i] != b"\x00" * 4)
+    patch(f, 40 + 4 * slot, b"\x00" * 4)
+
+
+def checkpoint_ahead(root: Path, offsets: list[int]) -> None:
+    patch(root / "checkpoint", 0, struct.pack(">q", 2**62))
+
+
+def offsets_past_the_end(root: Path, offsets: list[int]) -> None:
+    cfg = root / "config"
+    cfg.mkdir(exist_ok=True)
+    m = rmq.ConsumerOffsetManager(cfg / "consumerOffset.json")
+    m.commit_offset("G", "ChkA", 0, 10**6)
+    m.persist()
+
+
+CASES: dict[str, tuple[Case, str, str, str]] = {
+    # name: (damage, area, kind, a phrase the RocketMQ verdict holds)
+    "flipped body, first segment": (flip_early_body, "commitlog", "damage", "would not look at offset"),
+    "garbage, last segment": (garbage_in_last_segment, "commitlog", "damage", "would truncate the commitlog at"),
+    "garbage after the end": (garbage_after_the_end, "commitlog", "damage", "nothing valid follows"),
+    "torn tail after a crash": (torn_tail, "commitlog", "torn", "nothing valid follows"),
+    "pre-allocated empty segment": (preallocated_segment, "commitlog", "note", "clean"),
+    "consume queue past the log": (cq_past_the_log, "consumequeue", "stale", "clean"),
+    "consume queue not dense": (cq_not_dense, "consumequeue", "stale", "clean"),
+    "index slot zeroed": (index_slot_zeroed, "index", "stale", "clean"),
+    "checkpoint ahead of the data": (checkpoint_ahead, "checkpoint", "damage", "clean"),
+    "offsets past the queue's end": (offsets_past_the_end, "offsets", "damage", "clean"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_damage_has_its_finding_and_verdict(base: tuple[Path, list[int]], tmp_path: Path, name: str) -> None:
+    damage, area, kind, verdict = CASES[name]
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    damage(root, base[1])
+    before = snapshot(root)
+    rep: dict[str, Any] = check_store(root, CONFIG)
+    assert snapshot(root) == before, "check changed the store"
+    found = [f for f in rep["findings"] if f["area"] == area and f["kind"] == kind]
+    assert found, f"{name}: {rep['findings']}"
+    assert all(Path(f["path"]).is_relative_to(root) for f in rep["findings"])
+    assert verdict in rep["rocketmq_verdict"], rep["rocketmq_verdict"]
+    assert rep["clean"] == (kind == "note"), rep["findings"]
+    code, out, err = run(root)
+    assert code == (0 if kind == "note" else 1), err
+    assert ("problems found" in out) == (kind != "note")
+    assert snapshot(root) == before
+
+
+def test_truncation_verdict_counts_what_rocketmq_drops(base: tuple[Path, list[int]], tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    garbage_in_last_segment(root, base[1])
+    rep = check_store(root, CONFIG)
+    at = base[1][-5]
+    assert f"at offset {at}, dropping 4 messages of topics ChkA (2), ChkB (2)" in rep["rocketmq_verdict"]
+    assert "refuses to open it (strict)" in rep["rmq_verdict"] and "salvage" in rep["rmq_verdict"]
+    first = rep["findings"][0]
+    assert (first["offset"], first["kind"]) == (at, "damage") and "4 valid records follow" in first["what"]
+
+
+def test_unreadable_store_exits_2(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    fill(root)
+    segs = sorted((root / "commitlog").iterdir())
+    segs[1].unlink()  # a missing segment in the middle
+    before = snapshot(root)
+    code, out, err = run(root)
+    assert code == 2, (out, err)
+    assert "a segment is missing" in err and "Traceback" not in err
+    assert snapshot(root) == before
