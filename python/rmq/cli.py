@@ -293,7 +293,7 @@ def run_describe(store_dir: Path, config: rmq.StoreConfig, out: TextIO | None = 
 
     out = out if out is not None else sys.stdout
     count = 0
-    with rmq.MessageStore(store_dir, config) as store:
+    with rmq.MessageStore(store_dir, config, read_only=True) as store:
         for obj in describe(store):
             print(json.dumps(obj, ensure_ascii=False, sort_keys=True), file=out)
             count += 1
@@ -311,7 +311,7 @@ def run_scan(
     out = out if out is not None else sys.stdout
     count = 0
     config = config if config is not None else existing_store_config(store_dir)
-    with rmq.MessageStore(store_dir, config) as store:
+    with rmq.MessageStore(store_dir, config, read_only=True) as store:
         for msg in store.scan(from_offset):
             if limit is not None and count >= limit:
                 break

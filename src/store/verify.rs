@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::dispatch::ConsumeQueueStore;
+use super::index_check::Keys;
 use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
@@ -26,7 +27,6 @@ use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
 use crate::commitlog::{CommitLog, RecoveryMode};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
-use super::index_check::Keys;
 use crate::index::IndexService;
 use crate::java::decode_utf8_lossy;
 use crate::message::decode::CheckOptions;
@@ -94,7 +94,8 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     let mut rep = CheckReport::default();
     let unclean = AbortFile::exists(root);
     // rmq's verdict: the open itself, read-only. Salvage opens whatever strict would refuse.
-    let strict = MessageStore::open_with(root, config.clone(), &OpenOptions { read_only: true, ..OpenOptions::default() });
+    let strict =
+        MessageStore::open_with(root, config.clone(), &OpenOptions { read_only: true, ..OpenOptions::default() });
     let salvage_opts = OpenOptions { recovery: RecoveryMode::Salvage, read_only: true };
     let (store, strict_error) = match strict {
         Ok(s) => (s, None),
@@ -136,7 +137,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     check_checkpoint(root, &store, &mut rep);
     check_offsets(root, &store, &mut rep);
     rep.rocketmq_verdict = rocketmq_verdict(log, &store, &walk, unclean);
-    rep.rmq_verdict = rmq_verdict(&store, strict_error, &walk);
+    rep.rmq_verdict = rmq_verdict(&store, strict_error, &walk, &rep.findings);
     Ok(rep)
 }
 
@@ -178,13 +179,7 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport) -> Vec<Break> {
         if rest_zero {
             break;
         }
-        breaks.push(Break {
-            offset: at,
-            path: file.path().to_owned(),
-            reason,
-            following: 0,
-            topics: BTreeMap::new(),
-        });
+        breaks.push(Break { offset: at, path: file.path().to_owned(), reason, following: 0, topics: BTreeMap::new() });
         match find_valid_record(queue, at + 1, limit, false) {
             Some(next) => cursor.seek(next),
             None => break,
@@ -318,7 +313,10 @@ fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Che
             };
             if !ok {
                 bad += 1;
-                first.get_or_insert((f.entry_position(n), format!("entry {n} (commitlog offset {offset}) has no message with a key of its hash")));
+                first.get_or_insert((
+                    f.entry_position(n),
+                    format!("entry {n} (commitlog offset {offset}) has no message with a key of its hash"),
+                ));
             }
             true
         });
@@ -341,7 +339,13 @@ fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
     let v = store.checkpoint();
     let path = root.join("checkpoint");
     if !path.exists() {
-        rep.findings.push(Finding { area: "checkpoint", kind: "note", path, offset: 0, what: "no checkpoint file".into() });
+        rep.findings.push(Finding {
+            area: "checkpoint",
+            kind: "note",
+            path,
+            offset: 0,
+            what: "no checkpoint file".into(),
+        });
         return;
     }
     let log = &store.commitlog;
@@ -354,7 +358,9 @@ fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
         ts
     });
     if let Some(newest) = newest {
-        for (name, at, value) in [("physicMsgTimestamp", 0, v.physic_msg_timestamp), ("logicsMsgTimestamp", 8, v.logics_msg_timestamp)] {
+        for (name, at, value) in
+            [("physicMsgTimestamp", 0, v.physic_msg_timestamp), ("logicsMsgTimestamp", 8, v.logics_msg_timestamp)]
+        {
             if value > newest {
                 rep.findings.push(Finding {
                     area: "checkpoint",
@@ -380,7 +386,13 @@ fn check_offsets(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
         }
     };
     for issue in &decoded.issues {
-        rep.findings.push(Finding { area: "offsets", kind: "damage", path: path.clone(), offset: 0, what: format!("{issue:?}") });
+        rep.findings.push(Finding {
+            area: "offsets",
+            kind: "damage",
+            path: path.clone(),
+            offset: 0,
+            what: format!("{issue:?}"),
+        });
     }
     for (key, queues) in &decoded.table {
         let Some((topic, group)) = key.split_once('@') else { continue };
@@ -392,7 +404,9 @@ fn check_offsets(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
                     kind: "damage",
                     path: path.clone(),
                     offset: 0,
-                    what: format!("group {group} committed offset {committed} on {topic}/{q}, past the queue's end {max}"),
+                    what: format!(
+                        "group {group} committed offset {committed} on {topic}/{q}, past the queue's end {max}"
+                    ),
                 });
             }
         }
@@ -444,14 +458,16 @@ fn rocketmq_verdict(log: &CommitLog, store: &MessageStore, walk: &[Break], uncle
 }
 
 /// What rmq's open would do, from the read-only opens this check ran.
-fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break]) -> String {
+fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break], findings: &[Finding]) -> String {
     let open = store.open_report();
     let rec = store.recovery_report();
     let mut parts = Vec::new();
     if let Some(e) = strict_error {
+        // The first sentence: the file, the offset and what is wrong (the rest lists the options, said below).
+        let what = e.split(". ").next().unwrap_or(&e);
         parts.push(format!(
-            "rmq refuses to open it (strict): {e}; recovery=\"truncate\" cuts there, recovery=\"salvage\" skips {} \
-             damaged range(s) and keeps every valid record",
+            "rmq refuses to open it (strict): {what}; recovery=\"truncate\" cuts the log there as RocketMQ does, \
+             recovery=\"salvage\" skips {} damaged range(s) and keeps every valid record",
             open.damage.len()
         ));
     } else if let Some(b) = walk.iter().find(|b| b.offset < open.validated_from) {
@@ -467,8 +483,19 @@ fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break
     if !rec.rebuilt_queues.is_empty() {
         parts.push(format!("rmq rebuilds consume queues {}", rec.rebuilt_queues.join(", ")));
     }
+    let kept_queues = findings.iter().filter(|f| f.area == "consumequeue" && f.kind == "stale").count();
+    if kept_queues > rec.rebuilt_queues.len() {
+        parts.push(
+            "older consume-queue entries that disagree with the log are kept by the open (it checks from the \
+             checkpoint on); get_message reports and passes over them"
+                .into(),
+        );
+    }
     if !rec.rebuilt_index_files.is_empty() {
-        parts.push(format!("rmq rebuilds {} index range(s)", rec.rebuilt_index_files.len()));
+        parts.push(format!("rmq rebuilds {} index range(s) at open", rec.rebuilt_index_files.len()));
+    }
+    if findings.iter().any(|f| f.area == "index" && f.kind == "stale") {
+        parts.push("rmq rebuilds a damaged index file from the commitlog the first time a query reads it".into());
     }
     if rec.rebuilt_cq_entries > 0 {
         parts.push(format!("rmq dispatches {} missing consume-queue entries", rec.rebuilt_cq_entries));
