@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import collections
 import json
 import os
@@ -335,6 +336,41 @@ def run_scan(
     return count
 
 
+def _when(text: str) -> dt.datetime:
+    """A store time given as epoch milliseconds or ISO 8601 (local time when no zone is given)."""
+    try:
+        if text.isdigit():
+            return dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.UTC)
+        return dt.datetime.fromisoformat(text)
+    except (ValueError, OverflowError) as e:
+        raise argparse.ArgumentTypeError(f"not a time (ISO 8601 or epoch ms): {text!r}") from e
+
+
+def _run_export(args: argparse.Namespace, config: rmq.StoreConfig) -> int:
+    from rmq.export import Selection, export, replay
+
+    sel = Selection(
+        topics=args.topic,
+        queue_id=args.queue,
+        tag=args.tag,
+        key=args.key,
+        msg_id=args.msg_id,
+        since=args.since,
+        until=args.until,
+        grep=args.grep,
+        from_offset=args.from_offset,
+        to_offset=args.to_offset,
+    )
+    if args.command == "export":
+        n = export(args.store, args.out, args.format, sel)
+        print(f"exported {n} messages to {args.out}", file=sys.stderr)
+        return 0
+    with rmq.MessageStore(args.dst, config) as dst:
+        n = replay(args.store, dst, sel, to_topic=args.to_topic)
+    print(f"replayed {n} messages into {args.dst}", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rmq", description="RocketMQ-compatible message store")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -360,7 +396,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk = sub.add_parser("check", help="read-only consistency report; exit 0 clean, 1 problems, 2 unreadable")
     chk.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
     chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
-    for p in (scan, desc, chk):
+    dump = sub.add_parser("dump", help="every field of every record as JSON lines (or --cq, --index, --checkpoint)")
+    dump.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
+    part = dump.add_mutually_exclusive_group()
+    for name in ("cq", "index", "checkpoint"):
+        part.add_argument(f"--{name}", dest="part", action="store_const", const=name, help=f"dump the {name} files")
+    exp = sub.add_parser("export", help="selected messages to a JSON-lines, Parquet or CSV file")
+    exp.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
+    exp.add_argument("out", type=Path, help="output file")
+    exp.add_argument("--format", choices=("jsonl", "parquet", "csv"), default="jsonl")
+    rep = sub.add_parser("replay", help="append selected messages of one store to another")
+    rep.add_argument("store", type=Path, help="source store root")
+    rep.add_argument("dst", type=Path, help="destination store root (created if missing)")
+    rep.add_argument("--to-topic", default=None, help="put them into this topic instead of their own")
+    for p in (exp, rep):
+        p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
+        p.add_argument("--queue", type=int, default=None, help="only this queue id")
+        p.add_argument("--tag", default=None, help="only messages with this tag")
+        p.add_argument("--key", default=None, help="only messages with this key (KEYS token or UNIQ_KEY)")
+        p.add_argument("--msg-id", default=None, help="only the message with this offsetMsgId or UNIQ_KEY")
+        p.add_argument("--since", type=_when, default=None, help="store time from (ISO 8601 or epoch ms)")
+        p.add_argument("--until", type=_when, default=None, help="store time before (ISO 8601 or epoch ms)")
+        p.add_argument("--grep", default=None, help="only messages whose body matches this regular expression")
+        p.add_argument("--from-offset", type=int, default=None, help="commitlog offset from")
+        p.add_argument("--to-offset", type=int, default=None, help="commitlog offset before")
+    for p in (scan, desc, chk, dump, exp, rep):
         p.add_argument("--max-hash-slot-num", type=int, default=None, help="index slots (if not the default ratio)")
         p.add_argument("--max-index-num", type=int, default=None, help="index entries (if not the default ratio)")
     args = parser.parse_args(argv)
@@ -373,6 +433,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_spark(args.store, args.out, args.master, args.json)
         else:
             config = existing_store_config(args.store, args.max_hash_slot_num, args.max_index_num)
+            if args.command in ("export", "replay"):
+                return _run_export(args, config)
+            if args.command == "dump":
+                from rmq.dump import run_dump
+
+                run_dump(args.store, config, args.part or "records")
+                return 0
             if args.command == "check":
                 from rmq.check import UNREADABLE, run_check
 

@@ -338,6 +338,19 @@ impl MessageStore {
         py.detach(|| inner.close()).map_err(to_py)
     }
 
+    /// The checkpoint's values (spec §8.1) as the store holds them.
+    #[getter]
+    fn checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let v = self.inner.checkpoint();
+        let d = PyDict::new(py);
+        d.set_item("physic_msg_timestamp", v.physic_msg_timestamp)?;
+        d.set_item("logics_msg_timestamp", v.logics_msg_timestamp)?;
+        d.set_item("index_msg_timestamp", v.index_msg_timestamp)?;
+        d.set_item("master_flushed_offset", v.master_flushed_offset)?;
+        d.set_item("confirm_phy_offset", v.confirm_phy_offset)?;
+        Ok(d)
+    }
+
     /// Whether the store was opened read-only (`read_only=True`).
     #[getter]
     fn read_only(&self) -> bool {
@@ -737,6 +750,42 @@ impl Scanner {
     }
 }
 
+/// `rmq dump --index`: the header of one index file and its entries, newest first, as
+/// `(number, keyHash, commitlog offset)`; read-only (the file is mapped copy-on-write).
+#[pyfunction]
+#[pyo3(signature = (path, max_hash_slot_num, max_index_num))]
+fn index_file_entries<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::path)] path: PathBuf,
+    #[pyo3(from_py_with = args::java_int)] max_hash_slot_num: i32,
+    #[pyo3(from_py_with = args::java_int)] max_index_num: i32,
+) -> PyResult<(Bound<'py, PyDict>, Vec<(i32, i32, i64)>)> {
+    let cfg = crate::index::IndexConfig {
+        max_hash_slot_num: u32::try_from(max_hash_slot_num).map_err(|_| to_py(Error::InvalidConfig("max_hash_slot_num must be positive".into())))?,
+        max_index_num: u32::try_from(max_index_num).map_err(|_| to_py(Error::InvalidConfig("max_index_num must be positive".into())))?,
+        max_msgs_num_batch: 64,
+    };
+    let (h, entries) = py
+        .detach(|| -> crate::error::Result<_> {
+            let f = crate::index::IndexFile::open_in(crate::mmap::Storage::Overlay, &path, cfg)?;
+            let mut entries = Vec::new();
+            f.entries_back(&mut |n, hash, offset| {
+                entries.push((n, hash, offset));
+                true
+            });
+            Ok((f.header(), entries))
+        })
+        .map_err(to_py)?;
+    let d = PyDict::new(py);
+    d.set_item("begin_timestamp", h.begin_timestamp)?;
+    d.set_item("end_timestamp", h.end_timestamp)?;
+    d.set_item("begin_phy_offset", h.begin_phy_offset)?;
+    d.set_item("end_phy_offset", h.end_phy_offset)?;
+    d.set_item("hash_slot_count", h.hash_slot_count)?;
+    d.set_item("index_count", h.index_count)?;
+    Ok((d, entries))
+}
+
 /// `rmq check`: reads every byte of the store at `path` and writes none (see `store::verify`). Returns a dict:
 /// `findings` (area, kind, path, offset, what), counts, and the RocketMQ and rmq verdicts.
 #[pyfunction]
@@ -775,5 +824,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MessageStore>()?;
     m.add_class::<Scanner>()?;
     m.add_function(wrap_pyfunction!(check_store, m)?)?;
+    m.add_function(wrap_pyfunction!(index_file_entries, m)?)?;
     Ok(())
 }

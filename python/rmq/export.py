@@ -1,0 +1,266 @@
+"""`rmq export` and `rmq replay`: the messages of a store, selected by filters, written out (JSON lines,
+Parquet, CSV) or appended into another store.
+
+The rows are the Spark source's (`rmq.arrow.read_split` over the splits `rmq._native.plan_commitlog` plans,
+one row per record with the same columns), so `export --format parquet` writes what
+`spark.read.format("rocketmq")` reads. The source store is only read: the commitlog is read with positioned
+reads, nothing is opened for writing. No broker, no caps.
+
+Requires pyarrow (`pip install rmq[spark]`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import rmq
+from rmq import _native
+from rmq.arrow import arrow_schema, read_split
+
+FORMATS = ("jsonl", "parquet", "csv")
+
+#: Properties the broker sets on every stored message; replay leaves them to the destination store.
+BROKER_PROPERTIES = frozenset({"CLUSTER", "MIN_OFFSET", "MAX_OFFSET", "WAIT", "TAGS", "KEYS"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which messages: every given filter must hold. Times are store times; offsets are commitlog offsets
+    (`to_offset` exclusive)."""
+
+    topics: Sequence[str] | None = None
+    queue_id: int | None = None
+    tag: str | None = None
+    key: str | None = None
+    msg_id: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    grep: str | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("queue_id", "from_offset", "to_offset"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise rmq.InvalidArgumentError(f"{name} must be an int >= 0, got {v!r}")
+        if self.grep is not None:
+            try:
+                re.compile(self.grep.encode())
+            except re.error as e:
+                raise rmq.InvalidArgumentError(f"--grep {self.grep!r} is not a regular expression: {e}") from e
+
+
+def _store_micros(t: dt.datetime) -> pa.Scalar:
+    t = t if t.tzinfo is not None else t.astimezone()
+    return pa.scalar(t.astimezone(dt.UTC), type=pa.timestamp("us", tz="UTC"))
+
+
+def _mask(batch: pa.RecordBatch, sel: Selection) -> pa.Array | None:
+    masks: list[pa.Array] = []
+    if sel.topics is not None:
+        masks.append(pc.is_in(batch["topic"], value_set=pa.array(list(sel.topics), pa.string())))
+    if sel.queue_id is not None:
+        masks.append(pc.equal(batch["queue_id"], sel.queue_id))
+    if sel.tag is not None:
+        masks.append(pc.fill_null(pc.equal(batch["tags"], sel.tag), False))
+    if sel.key is not None:
+        keys = batch["keys"].to_pylist()
+        uniq = batch["uniq_key"].to_pylist()
+        masks.append(pa.array([sel.key in (k or []) or u == sel.key for k, u in zip(keys, uniq, strict=True)]))
+    if sel.msg_id is not None:
+        masks.append(
+            pc.or_(pc.equal(batch["msg_id"], sel.msg_id), pc.fill_null(pc.equal(batch["uniq_key"], sel.msg_id), False))
+        )
+    if sel.since is not None:
+        masks.append(pc.greater_equal(batch["store_timestamp"], _store_micros(sel.since)))
+    if sel.until is not None:
+        masks.append(pc.less(batch["store_timestamp"], _store_micros(sel.until)))
+    if sel.grep is not None:
+        pattern = re.compile(sel.grep.encode())
+        masks.append(pa.array([pattern.search(b) is not None for b in batch["body"].to_pylist()]))
+    if sel.from_offset is not None:
+        masks.append(pc.greater_equal(batch["commitlog_offset"], sel.from_offset))
+    if sel.to_offset is not None:
+        masks.append(pc.less(batch["commitlog_offset"], sel.to_offset))
+    if not masks:
+        return None
+    out = masks[0]
+    for m in masks[1:]:
+        out = pc.and_(out, m)
+    return out
+
+
+def commitlog_dir(store: Path) -> Path:
+    """The commitlog directory of a store root (or the directory itself if it holds segments)."""
+    return store / "commitlog" if (store / "commitlog").is_dir() else store
+
+
+def batches(
+    store: str | os.PathLike[str], sel: Selection = Selection(), *, skipped: list[tuple[int, int, str]] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The selected messages as Arrow record batches (the Spark source's columns), in commitlog order.
+    Damage raises `CorruptionError` naming file and offset, unless a `skipped` list is given: then the damaged
+    bytes are left out and listed there."""
+    root = Path(store)
+    schema = arrow_schema()
+    topics = list(sel.topics) if sel.topics is not None else None
+    min_ms = None if sel.since is None else int(_store_micros(sel.since).value // 1000)
+    max_ms = None if sel.until is None else int(_store_micros(sel.until).value // 1000)
+    for seg, base, starts, data_end, bad in _native.plan_commitlog(
+        str(commitlog_dir(root)), 64 << 20, skip_damage=skipped is not None
+    ):
+        if skipped is not None and bad is not None:
+            skipped.append(bad)
+        ends = [*starts[1:], data_end][: len(starts)]
+        for start, end in zip(starts, ends, strict=True):
+            if sel.to_offset is not None and base + start >= sel.to_offset:
+                continue
+            if sel.from_offset is not None and base + end <= sel.from_offset:
+                continue
+            for batch in read_split(
+                seg,
+                base,
+                start,
+                end,
+                schema=schema,
+                topics=topics,
+                min_store_ms=min_ms,
+                max_store_ms=max_ms,
+                skipped=skipped,
+            ):
+                mask = _mask(batch, sel)
+                batch = batch if mask is None else batch.filter(mask)
+                if batch.num_rows:
+                    yield batch
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _ms(t: dt.datetime) -> int:
+    return (t - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k == "body":
+            out["body_base64"] = base64.b64encode(v).decode("ascii")
+        elif isinstance(v, dt.datetime):
+            out[k] = _ms(v)
+        elif k == "properties":
+            out[k] = dict(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _flat(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with columns CSV can hold: body as base64, properties as JSON, keys joined by spaces."""
+    cols, names = [], []
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if name == "body":
+            name, col = "body_base64", pa.array([base64.b64encode(b).decode() for b in col.to_pylist()], pa.string())
+        elif name == "properties":
+            col = pa.array([json.dumps(dict(p), ensure_ascii=False) for p in col.to_pylist()], pa.string())
+        elif name == "keys":
+            col = pa.array([" ".join(k or []) for k in col.to_pylist()], pa.string())
+        cols.append(col)
+        names.append(name)
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def export(
+    store: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    fmt: str = "jsonl",
+    sel: Selection = Selection(),
+    *,
+    skipped: list[tuple[int, int, str]] | None = None,
+) -> int:
+    """Writes the selected messages of `store` to the file `out` in `fmt` (`jsonl`: one JSON object per message,
+    body as `body_base64`, times in ms; `parquet`: the Spark source's schema; `csv`: body base64, properties
+    as JSON, keys space-separated). Written to a temporary name and renamed, so `out` is whole or absent.
+    Returns the number of messages."""
+    if fmt not in FORMATS:
+        raise rmq.InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    count = 0
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            with pq.ParquetWriter(tmp, arrow_schema()) as writer:
+                for batch in batches(store, sel, skipped=skipped):
+                    writer.write_batch(batch)
+                    count += batch.num_rows
+        elif fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            writer_csv: pacsv.CSVWriter | None = None
+            with open(tmp, "wb") as f:
+                for batch in batches(store, sel, skipped=skipped):
+                    flat = _flat(batch)
+                    if writer_csv is None:
+                        writer_csv = pacsv.CSVWriter(f, flat.schema)
+                    writer_csv.write_batch(flat)
+                    count += batch.num_rows
+                if writer_csv is not None:
+                    writer_csv.close()
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for batch in batches(store, sel, skipped=skipped):
+                    for row in batch.to_pylist():
+                        f.write(json.dumps(_json_row(row), ensure_ascii=False) + "\n")
+                    count += batch.num_rows
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count
+
+
+def replay(
+    src: str | os.PathLike[str],
+    dst: rmq.MessageStore,
+    sel: Selection = Selection(),
+    *,
+    to_topic: str | None = None,
+    skipped: list[tuple[int, int, str]] | None = None,
+) -> int:
+    """Appends the selected messages of the store `src` to `dst` (an open, writable store), in commitlog order:
+    same body, queue id, tags, keys, flag, born host and time, reconsume times and user properties (UNIQ_KEY
+    included, so message ids stay); the destination gives them new offsets and store times. `to_topic` sends
+    them to another topic (a DLQ back to its topic). Returns the number appended."""
+    count = 0
+    for batch in batches(src, sel, skipped=skipped):
+        for row in batch.to_pylist():
+            if row["transaction_type"] in ("PREPARED", "ROLLBACK"):
+                continue  # not messages a consumer sees
+            props = {k: v for k, v in row["properties"] if k not in BROKER_PROPERTIES}
+            dst.put(
+                to_topic if to_topic is not None else row["topic"],
+                row["body"],
+                queue_id=row["queue_id"],
+                tags=row["tags"],
+                keys=" ".join(row["keys"]) if row["keys"] else None,
+                properties=props,
+                flag=row["flag"],
+                born_host=row["born_host"],
+                born_timestamp=_ms(row["born_timestamp"]),
+                reconsume_times=row["reconsume_times"],
+            )
+            count += 1
+    return count

@@ -1,0 +1,174 @@
+"""`rmq export`, `rmq replay` and `rmq dump`: filters select exactly the matching messages, the Parquet file
+holds the Spark source's rows, replay keeps bodies, tags, keys and properties (message ids too), and the source
+store is never changed."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import small_config
+from test_read_only import snapshot
+
+import rmq
+from rmq.export import Selection, batches, export, replay
+
+CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
+N = 200
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("exp") / "src"
+    with rmq.MessageStore(root, CONFIG) as store:
+        for i in range(N):
+            store.put(
+                ("ExA", "ExB", "%DLQ%g1")[i % 3],
+                (b"order-%d \xff" if i % 4 == 0 else b"event-%d") % i,
+                queue_id=i % 2,
+                tags=f"t{i % 5}",
+                keys=f"k{i} shared{i % 3}",
+                properties={"trace": f"tr{i}", "n": str(i)},
+                born_timestamp=1_700_000_000_000 + i * 1000,
+            )
+        store.wait_dispatched(10)
+    return root
+
+
+def everything(src: Path) -> list[dict[str, Any]]:
+    return [r for b in batches(src) for r in b.to_pylist()]
+
+
+@pytest.mark.parametrize(
+    ("sel", "pick"),
+    [
+        (Selection(), lambda r: True),
+        (Selection(topics=["ExA"]), lambda r: r["topic"] == "ExA"),
+        (Selection(topics=["ExA", "%DLQ%g1"], queue_id=1), lambda r: r["topic"] != "ExB" and r["queue_id"] == 1),
+        (Selection(tag="t3"), lambda r: r["tags"] == "t3"),
+        (Selection(key="shared2"), lambda r: "shared2" in r["keys"]),
+        (Selection(grep=r"order-1\d "), lambda r: r["body"].startswith(b"order-1") and len(r["body"]) == 10),
+        (Selection(from_offset=5000, to_offset=9000), lambda r: 5000 <= r["commitlog_offset"] < 9000),
+    ],
+    ids=["all", "topic", "topics+queue", "tag", "key", "grep", "offsets"],
+)
+def test_filters_select_exactly_the_matching_messages(src: Path, sel: Selection, pick: Any) -> None:
+    rows = everything(src)
+    assert len(rows) == N
+    got = [r["commitlog_offset"] for b in batches(src, sel) for r in b.to_pylist()]
+    want = [r["commitlog_offset"] for r in rows if pick(r)]
+    assert got == want and (want or sel == Selection())
+
+
+def test_time_and_msg_id_filters(src: Path) -> None:
+    rows = everything(src)
+    mid = rows[N // 2]
+    got = [r["commitlog_offset"] for b in batches(src, Selection(msg_id=mid["msg_id"])) for r in b.to_pylist()]
+    assert got == [mid["commitlog_offset"]]
+    got = [r["commitlog_offset"] for b in batches(src, Selection(msg_id=mid["uniq_key"])) for r in b.to_pylist()]
+    assert got == [mid["commitlog_offset"]]
+    t = mid["store_timestamp"]
+    since = [r for b in batches(src, Selection(since=t)) for r in b.to_pylist()]
+    assert since and all(r["store_timestamp"] >= t for r in since)
+    assert len(since) == sum(r["store_timestamp"] >= t for r in rows)
+    until = [r for b in batches(src, Selection(until=t)) for r in b.to_pylist()]
+    assert len(until) + len(since) == N
+
+
+def test_export_formats_hold_the_rows(src: Path, tmp_path: Path) -> None:
+    before = snapshot(src)
+    rows = [r for r in everything(src) if r["topic"] == "ExB"]
+    sel = Selection(topics=["ExB"])
+    assert export(src, tmp_path / "o.parquet", "parquet", sel) == len(rows)
+    assert pq.read_table(tmp_path / "o.parquet").to_pylist() == rows
+    assert export(src, tmp_path / "o.jsonl", "jsonl", sel) == len(rows)
+    lines = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [base64.b64decode(x["body_base64"]) for x in lines] == [r["body"] for r in rows]
+    assert [x["properties"]["trace"] for x in lines] == [dict(r["properties"])["trace"] for r in rows]
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    assert [x["store_timestamp"] for x in lines] == [(r["store_timestamp"] - epoch) // dt.timedelta(milliseconds=1) for r in rows]
+    assert export(src, tmp_path / "o.csv", "csv", sel) == len(rows)
+    with open(tmp_path / "o.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [base64.b64decode(x["body_base64"]) for x in table] == [r["body"] for r in rows]
+    assert [x["keys"] for x in table] == [" ".join(r["keys"]) for r in rows]
+    assert snapshot(src) == before
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_parquet_export_equals_the_spark_source(src: Path, tmp_path: Path) -> None:
+    import rmq.spark as rs
+
+    export(src, tmp_path / "all.parquet", "parquet")
+    spark = rs.session("local[1]", conf={"spark.ui.showConsoleProgress": "false"})
+    try:
+        from_spark = rs.read(spark, src).orderBy("commitlog_offset").toArrow()
+        from_parquet = pq.read_table(tmp_path / "all.parquet")
+        assert from_spark.num_rows == from_parquet.num_rows == N
+        for name in from_parquet.schema.names:
+            assert from_spark[name].to_pylist() == from_parquet[name].to_pylist(), name
+    finally:
+        spark.stop()
+
+
+def test_replay_keeps_messages_and_sends_a_dlq_back(src: Path, tmp_path: Path) -> None:
+    before = snapshot(src)
+    dst_root = tmp_path / "dst"
+    with rmq.MessageStore(dst_root, CONFIG) as dst:
+        n = replay(src, dst, Selection(topics=["%DLQ%g1"]), to_topic="ExA")
+        dst.wait_dispatched(10)
+        want = [r for r in everything(src) if r["topic"] == "%DLQ%g1"]
+        assert n == len(want)
+        got = [r for b in batches(dst_root) for r in b.to_pylist()]
+        assert [r["topic"] for r in got] == ["ExA"] * n
+        for g, w in zip(got, want, strict=True):
+            assert (g["body"], g["tags"], g["keys"], g["uniq_key"], g["queue_id"], g["born_timestamp"]) == (
+                w["body"], w["tags"], w["keys"], w["uniq_key"], w["queue_id"], w["born_timestamp"]
+            )
+            gp, wp = dict(g["properties"]), dict(w["properties"])
+            assert (gp["trace"], gp["n"]) == (wp["trace"], wp["n"])
+        hits = dst.query_message("ExA", want[0]["keys"][0], 4)
+        assert [m.body for m in hits.messages] == [want[0]["body"]]
+    assert snapshot(src) == before
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rmq.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_export_replay_dump(src: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "src"
+    shutil.copytree(src, copy)
+    before = snapshot(copy)
+    p = cli("export", str(copy), str(tmp_path / "t3.jsonl"), "--tag", "t3", "--topic", "ExA")
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(x) for x in (tmp_path / "t3.jsonl").read_text().splitlines()]
+    assert lines and all(x["tags"] == "t3" and x["topic"] == "ExA" for x in lines)
+    p = cli("replay", str(copy), str(tmp_path / "dst"), "--grep", "^order")
+    assert p.returncode == 0, p.stderr
+    assert f"replayed {N // 4} messages" in p.stderr
+    p = cli("dump", str(copy))
+    assert p.returncode == 0, p.stderr
+    records = [json.loads(x) for x in p.stdout.splitlines()]
+    assert len(records) == N and records[1]["body_text"] == "event-1" and "body_text" not in records[0]
+    assert records[0]["properties"]["trace"] == "tr0"
+    for part, count in (("--cq", N), ("--checkpoint", 1)):
+        p = cli("dump", str(copy), part)
+        assert p.returncode == 0, p.stderr
+        assert len(p.stdout.splitlines()) == count, part
+    p = cli("dump", str(copy), "--index")
+    assert p.returncode == 0, p.stderr
+    entries = [json.loads(x) for x in p.stdout.splitlines() if '"entry"' in x]
+    assert len(entries) == 3 * N  # UNIQ_KEY and two keys each
+    p = cli("export", str(copy), str(tmp_path / "x.jsonl"), "--grep", "(")
+    assert p.returncode != 0 and "Traceback" not in p.stderr and "regular expression" in p.stderr
+    assert snapshot(copy) == before
