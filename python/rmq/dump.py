@@ -71,7 +71,7 @@ def cq_lines(store: rmq.MessageStore) -> Iterator[dict[str, Any]]:
 
 def index_lines(store: rmq.MessageStore, config: rmq.StoreConfig) -> Iterator[dict[str, Any]]:
     """Each index file's header, then its entries oldest first (number, keyHash, commitlog offset)."""
-    for path in sorted(store.index_files()):
+    for path in sorted(str(p) for p in store.index_files()):
         header, entries = _native.index_file_entries(path, config.max_hash_slot_num, config.max_index_num)
         yield {"index_file": path, **header}
         for n, key_hash, offset in reversed(entries):
