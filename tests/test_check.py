@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import small_config
 from test_read_only import snapshot
 
 import rmq
+from conftest import small_config
 from rmq.check import check_store
 
 SEG = 4096

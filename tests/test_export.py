@@ -16,10 +16,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import small_config
 from test_read_only import snapshot
 
 import rmq
+from conftest import small_config
 from rmq.export import Selection, batches, export, replay
 
 CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
@@ -95,7 +95,9 @@ def test_export_formats_hold_the_rows(src: Path, tmp_path: Path) -> None:
     assert [base64.b64decode(x["body_base64"]) for x in lines] == [r["body"] for r in rows]
     assert [x["properties"]["trace"] for x in lines] == [dict(r["properties"])["trace"] for r in rows]
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    assert [x["store_timestamp"] for x in lines] == [(r["store_timestamp"] - epoch) // dt.timedelta(milliseconds=1) for r in rows]
+    assert [x["store_timestamp"] for x in lines] == [
+        (r["store_timestamp"] - epoch) // dt.timedelta(milliseconds=1) for r in rows
+    ]
     assert export(src, tmp_path / "o.csv", "csv", sel) == len(rows)
     with open(tmp_path / "o.csv", newline="") as f:
         table = list(csv.DictReader(f))
@@ -132,7 +134,12 @@ def test_replay_keeps_messages_and_sends_a_dlq_back(src: Path, tmp_path: Path) -
         assert [r["topic"] for r in got] == ["ExA"] * n
         for g, w in zip(got, want, strict=True):
             assert (g["body"], g["tags"], g["keys"], g["uniq_key"], g["queue_id"], g["born_timestamp"]) == (
-                w["body"], w["tags"], w["keys"], w["uniq_key"], w["queue_id"], w["born_timestamp"]
+                w["body"],
+                w["tags"],
+                w["keys"],
+                w["uniq_key"],
+                w["queue_id"],
+                w["born_timestamp"],
             )
             gp, wp = dict(g["properties"]), dict(w["properties"])
             assert (gp["trace"], gp["n"]) == (wp["trace"], wp["n"])

@@ -241,12 +241,12 @@ class GetMessageResult:
     @property
     def raw(self) -> list[RecordView]: ...
 
-@disjoint_base
 def check_store(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
 def index_file_entries(
     path: str | os.PathLike[str], max_hash_slot_num: int, max_index_num: int
 ) -> tuple[dict[str, int], list[tuple[int, int, int]]]: ...
 
+@disjoint_base
 class MessageStore:
     def __new__(
         cls,

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import collections
+import datetime as dt
 import json
 import os
 import random

@@ -754,6 +754,7 @@ impl Scanner {
 /// `(number, keyHash, commitlog offset)`; read-only (the file is mapped copy-on-write).
 #[pyfunction]
 #[pyo3(signature = (path, max_hash_slot_num, max_index_num))]
+#[allow(clippy::type_complexity)]
 fn index_file_entries<'py>(
     py: Python<'py>,
     #[pyo3(from_py_with = args::path)] path: PathBuf,
@@ -761,8 +762,10 @@ fn index_file_entries<'py>(
     #[pyo3(from_py_with = args::java_int)] max_index_num: i32,
 ) -> PyResult<(Bound<'py, PyDict>, Vec<(i32, i32, i64)>)> {
     let cfg = crate::index::IndexConfig {
-        max_hash_slot_num: u32::try_from(max_hash_slot_num).map_err(|_| to_py(Error::InvalidConfig("max_hash_slot_num must be positive".into())))?,
-        max_index_num: u32::try_from(max_index_num).map_err(|_| to_py(Error::InvalidConfig("max_index_num must be positive".into())))?,
+        max_hash_slot_num: u32::try_from(max_hash_slot_num)
+            .map_err(|_| to_py(Error::InvalidConfig("max_hash_slot_num must be positive".into())))?,
+        max_index_num: u32::try_from(max_index_num)
+            .map_err(|_| to_py(Error::InvalidConfig("max_index_num must be positive".into())))?,
         max_msgs_num_batch: 64,
     };
     let (h, entries) = py
