@@ -850,7 +850,8 @@ def cluster(tmp_path: Path) -> Iterator[str]:
             procs.append(subprocess.Popen([spark_class, *cmd, *ui], env=env, stdout=log, stderr=subprocess.STDOUT))
             if i == 0:
                 wait_port(port)
-        deadline = time.monotonic() + 90
+        # A readiness wait, not a speed check: on a loaded machine two JVM workers can take minutes to register.
+        deadline = time.monotonic() + 300
         while (tmp_path / "daemon0.log").read_text(errors="replace").count("Registering worker") < 2:
             assert time.monotonic() < deadline, (tmp_path / "daemon0.log").read_text(errors="replace")[-3000:]
             time.sleep(0.3)
