@@ -34,11 +34,15 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
     return root, offsets
 
 
-def damaged(base: Path, dst: Path, at: int, crashed: bool) -> None:
+def damaged(base: Path, dst: Path, at: int, crashed: bool, *, body: bool = False) -> None:
+    """Garbage over the record header at `at` (or, with `body`, one body byte flipped: its CRC breaks)."""
     shutil.copytree(base, dst)
     seg = dst / "commitlog" / f"{at - at % SEG:020}"
     data = bytearray(seg.read_bytes())
-    data[at % SEG : at % SEG + 12] = b"\xee" * 12
+    if body:
+        data[at % SEG + 120] ^= 0x20
+    else:
+        data[at % SEG : at % SEG + 12] = b"\xee" * 12
     seg.write_bytes(bytes(data))
     if crashed:
         (dst / "abort").write_bytes(b"")
@@ -72,9 +76,10 @@ def test_damage_outside_rocketmqs_window_is_kept_by_it(java: Run, base: tuple[Pa
     root, offsets = base
     at = offsets[5]  # the first segment: a clean-shutdown recovery validates the last three only
     case = tmp_path / "case"
-    damaged(root, case, at, crashed=False)
+    damaged(root, case, at, crashed=False, body=True)
     rep = check_store(case, CONFIG)
     assert f"would not look at offset {at}" in rep["rocketmq_verdict"], rep["rocketmq_verdict"]
+    assert [f["offset"] for f in rep["findings"] if f["area"] == "commitlog"] == [at]
     with rmq.MessageStore(root, CONFIG, read_only=True) as store:
         full_end = store.max_offset
     end, _ = kept_by_rocketmq(java, case, tmp_path)
