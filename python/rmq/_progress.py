@@ -71,8 +71,8 @@ class Progress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         # The first count is drawn at once; later ones when tqdm redraws (at most every 0.25 s).
         first = self._messages == self._pending_messages
-        self._bar.set_postfix_str(f"{self._messages / elapsed:,.0f} msg/s", refresh=first)
         self._bar.update(self._pending)
+        self._bar.set_postfix_str(f"{self._messages / elapsed:,.0f} msg/s", refresh=first)
         self._pending = 0
         self._pending_messages = 0
 

@@ -68,15 +68,17 @@ def consume_demo(store: rmq.MessageStore, timeout: float = 60.0) -> dict[str, ob
         for i in range(3)
     ]
     started = time.perf_counter()
-    for c in consumers:
-        c.start()
-    owned = {c.consumer_id: [f"{q.topic}/{q.queue_id}" for q in c.assigned_queues()] for c in consumers}
-    deadline = time.monotonic() + timeout
-    while not caught_up() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    done = caught_up()
-    for c in consumers:
-        c.shutdown()
+    try:
+        for c in consumers:
+            c.start()
+        owned = {c.consumer_id: [f"{q.topic}/{q.queue_id}" for q in c.assigned_queues()] for c in consumers}
+        deadline = time.monotonic() + timeout
+        while not caught_up() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        done = caught_up()
+    finally:  # also on Ctrl-C: the consumers' threads must not keep the process alive
+        for c in consumers:
+            c.shutdown()
     elapsed = time.perf_counter() - started
     return {
         "group": DEMO_GROUP,
@@ -91,6 +93,37 @@ def consume_demo(store: rmq.MessageStore, timeout: float = 60.0) -> dict[str, ob
         "offsets_file": str(offsets.path),
         "seconds": round(elapsed, 3),
     }
+
+
+def put_workload(
+    store: rmq.MessageStore, messages: int, rng: random.Random
+) -> tuple[list[int], list[tuple[str, str, int, int]]]:
+    """Puts `messages` orders over the demo topics; returns their commitlog offsets and three samples
+    (topic, order key, commitlog offset, store time) for the lookups. Shows a bar on a terminal."""
+    put_offsets: list[int] = []
+    samples: list[tuple[str, str, int, int]] = []
+    progress = Progress("writing", total=messages, unit="msg")
+    try:
+        for i in range(messages):
+            topic = DEMO_TOPICS[i % len(DEMO_TOPICS)]
+            order = f"order-{rng.randrange(10**6):06d}"
+            ipv6 = i % 7 == 0
+            result = store.put(
+                topic,
+                json.dumps({"order": order, "amount": rng.randrange(1, 10_000), "seq": i}).encode(),
+                queue_id=i % 4,
+                tags=rng.choice(["created", "paid", "shipped", "标签"]),
+                keys=[order, f"customer-{rng.randrange(1000)}"],
+                properties={"source": "demo", "region": rng.choice(["eu", "us", "ap"])},
+                born_host="[2001:db8::17]:40123" if ipv6 else f"192.168.1.{i % 250 + 1}:5{i % 1000:03d}",
+            )
+            put_offsets.append(result.wrote_offset)
+            if i % max(1, messages // 3) == 0:
+                samples.append((topic, order, result.wrote_offset, result.store_timestamp))
+            progress.update(messages=1)
+    finally:
+        progress.close()
+    return put_offsets, samples
 
 
 def run_demo(
@@ -109,27 +142,7 @@ def run_demo(
     with rmq.MessageStore(store_dir, config) as store:
         existing = sum(1 for _ in store.scan())
         say(f"store {store_dir} opened: {existing} messages already stored, commitlog ends at {store.max_offset}")
-        put_offsets: list[int] = []
-        samples: list[tuple[str, str, int, int]] = []  # (topic, order key, commitlog offset, store time)
-        progress = Progress("writing", total=messages, unit="msg")
-        for i in range(messages):
-            progress.update(messages=1)
-            topic = DEMO_TOPICS[i % len(DEMO_TOPICS)]
-            order = f"order-{rng.randrange(10**6):06d}"
-            ipv6 = i % 7 == 0
-            result = store.put(
-                topic,
-                json.dumps({"order": order, "amount": rng.randrange(1, 10_000), "seq": i}).encode(),
-                queue_id=i % 4,
-                tags=rng.choice(["created", "paid", "shipped", "标签"]),
-                keys=[order, f"customer-{rng.randrange(1000)}"],
-                properties={"source": "demo", "region": rng.choice(["eu", "us", "ap"])},
-                born_host="[2001:db8::17]:40123" if ipv6 else f"192.168.1.{i % 250 + 1}:5{i % 1000:03d}",
-            )
-            put_offsets.append(result.wrote_offset)
-            if i % max(1, messages // 3) == 0:
-                samples.append((topic, order, result.wrote_offset, result.store_timestamp))
-        progress.close()
+        put_offsets, samples = put_workload(store, messages, rng)
         batch = store.put_batch(
             "InventoryReserved",
             [rmq.Message(f"sku-{n}".encode(), tags="batch", keys=f"sku-{n}") for n in range(32)],
