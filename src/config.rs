@@ -456,6 +456,11 @@ mod tests {
         file(&cl, &file_name(5 * mib), mib);
         file(&cl, &file_name(6 * mib), 0);
         assert_eq!(FileSizes::read(tmp.path()).expect("read").mapped_file_size_commit_log, Some(mib));
+        // Two segments, the last one extended: the lengths tie, the names do not.
+        let two = tmp.path().join("two");
+        file(&two.join("commitlog"), &file_name(0), mib);
+        file(&two.join("commitlog"), &file_name(mib), 2 * mib);
+        assert_eq!(FileSizes::read(&two).expect("read").mapped_file_size_commit_log, Some(mib));
     }
 
     #[test]
