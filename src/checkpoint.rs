@@ -292,3 +292,28 @@ impl StoreCheckpoint {
         sync(&self.file, &self.path, true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_refuses_a_second_lock_by_any_path_until_the_first_is_dropped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("store");
+        std::fs::create_dir(&root).expect("mkdir");
+        std::os::unix::fs::symlink(&root, tmp.path().join("alias")).expect("symlink");
+        let first = LockFile::acquire(&root).expect("first lock");
+        for path in [root.clone(), tmp.path().join("alias"), tmp.path().join("./store/.")] {
+            assert!(matches!(LockFile::acquire(&path), Err(Error::Locked(ref p)) if *p == path));
+        }
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).expect("mkdir");
+        let independent = LockFile::acquire(&other).expect("another directory locks on its own");
+        drop(first);
+        let again = LockFile::acquire(&tmp.path().join("alias")).expect("free after drop");
+        drop((again, independent));
+        // Read only now: closing a descriptor of `lock` would release this process's lock on it.
+        assert_eq!(std::fs::read(root.join("lock")).expect("read"), b"lock");
+    }
+}
