@@ -1,4 +1,4 @@
-//! The store's marker files (spec §8): `lock` (exclusive while open) and `abort` (present while open, so
+//! The store's marker files (spec §8): `lock` (RocketMQ's fcntl lock, held while open; see [`LockFile`]) and `abort` (present while open, so
 //! its presence at start-up means the last run did not close cleanly), and the `checkpoint`.
 //!
 //! A full disk: none of these needs new space to open a store that has them already. `lock` is rewritten only
@@ -14,10 +14,67 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::fault::{self, FaultPoint};
 
-/// Holds the exclusive lock on `<root>/lock` (an OS file lock on byte range [0, 1), content `lock`).
+/// Holds RocketMQ's lock on a store directory: a POSIX record lock (`fcntl(F_SETLK)`, `F_WRLCK`) on byte
+/// range [0, 1) of `<root>/lock`, content `lock`: the lock a broker takes with the JDK's
+/// `FileChannel.tryLock(0, 1, false)` in `DefaultMessageStore.start`, so a running broker and rmq exclude each
+/// other both ways. (`flock` would not do: on Linux it and `fcntl` locks do not see each other.)
+///
+/// POSIX record locks belong to a process, not to a file descriptor, which has two consequences:
+/// - they never conflict within one process, so a second store on the same directory in this process is
+///   refused by an in-process registry of locked directories (keyed by the root's device and inode, so two
+///   paths to one directory are one entry), checked before `<root>/lock` is opened;
+/// - closing ANY descriptor of the file releases the process's lock on it. Nothing in rmq opens `<root>/lock`
+///   except [`LockFile::acquire`], and it opens it only after the registry said this process holds no lock
+///   on it. Code in the same process that opens and closes `<root>/lock` (to copy or hash the directory, for
+///   instance) silently drops the lock while the store is open: leave that file alone, or copy the directory
+///   from another process.
+///
+/// The lock is released when the store closes (the descriptor is closed before the directory leaves the
+/// registry, so another thread cannot take a lock that this close then drops) and by the kernel when the
+/// process exits, however it exits (`kill -9` included). A child created by `fork` does not hold it.
 #[derive(Debug)]
 pub struct LockFile {
-    _file: File,
+    file: Option<File>,
+    key: (u64, u64),
+}
+
+/// Store roots (device, inode) that a [`LockFile`] of this process holds.
+static LOCKED_ROOTS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+fn locked_roots() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
+    LOCKED_ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Result of trying RocketMQ's lock on a descriptor.
+enum TryLock {
+    Taken,
+    HeldElsewhere,
+}
+
+/// `fcntl(fd, F_SETLK, {F_WRLCK, SEEK_SET, start 0, len 1})`, the call the JDK makes for
+/// `tryLock(0, 1, false)`. EAGAIN / EACCES: another process holds a conflicting lock.
+fn try_record_lock(file: &File) -> std::io::Result<TryLock> {
+    use std::os::fd::AsRawFd;
+    #[allow(unsafe_code)]
+    // SAFETY: `struct flock` is plain old data for which all-zero bytes are a valid value (the fields that
+    // matter are set below; the platform's extra fields stay zero, as the kernel expects).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    #[allow(unsafe_code)]
+    // SAFETY: the descriptor is open for the duration of the call (`file` is borrowed), and `fl` is a valid,
+    // initialised `struct flock` that F_SETLK only reads.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+    if rc == 0 {
+        return Ok(TryLock::Taken);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(TryLock::HeldElsewhere),
+        _ => Err(err),
+    }
 }
 
 /// Opens `path` for reading and writing, creating it empty if missing and keeping its bytes if not.
@@ -38,16 +95,25 @@ fn sync(file: &File, path: &Path, data_only: bool) -> Result<()> {
 }
 
 impl LockFile {
-    /// Takes the lock or fails with [`Error::Locked`]. The content `lock` is written (and synced) only when the
-    /// file does not hold it already, so re-opening needs no disk space. If it cannot be written (a full disk
-    /// when the store is first created), the file is left empty and the error returned.
+    /// Takes the lock or fails with [`Error::Locked`], changing nothing: the registry is checked first, and
+    /// `<root>/lock` is opened (created empty if missing) and locked before anything is written. The content
+    /// `lock` is written (and synced) only when the file does not hold it already, so re-opening needs no disk
+    /// space. If it cannot be written (a full disk when the store is first created), the file is left empty,
+    /// the lock released and the error returned.
     pub fn acquire(root: &Path) -> Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
+        let key = (meta.dev(), meta.ino());
+        // Held across the attempt, so two threads opening the same directory cannot both get past the registry.
+        let mut roots = locked_roots();
+        if roots.contains(&key) {
+            return Err(Error::Locked(root.to_owned()));
+        }
         let path = root.join("lock");
         let file = open_or_create(&path)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(root.to_owned())),
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        match try_record_lock(&file).map_err(|e| Error::io(&path, e))? {
+            TryLock::Taken => {}
+            TryLock::HeldElsewhere => return Err(Error::Locked(root.to_owned())),
         }
         let mut head = [0u8; 4];
         let held = file.read_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
@@ -57,7 +123,16 @@ impl LockFile {
                 return Err(e);
             }
         }
-        Ok(LockFile { _file: file })
+        roots.push(key);
+        Ok(LockFile { file: Some(file), key })
+    }
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        // Close first (which releases the record lock), then let the directory be opened again in this process.
+        drop(self.file.take());
+        locked_roots().retain(|k| *k != self.key);
     }
 }
 
@@ -238,5 +313,30 @@ impl StoreCheckpoint {
         write_at(file, &self.path, &next.encode(), 0)?;
         *v = next;
         sync(file, &self.path, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_refuses_a_second_lock_by_any_path_until_the_first_is_dropped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("store");
+        std::fs::create_dir(&root).expect("mkdir");
+        std::os::unix::fs::symlink(&root, tmp.path().join("alias")).expect("symlink");
+        let first = LockFile::acquire(&root).expect("first lock");
+        for path in [root.clone(), tmp.path().join("alias"), tmp.path().join("./store/.")] {
+            assert!(matches!(LockFile::acquire(&path), Err(Error::Locked(ref p)) if *p == path));
+        }
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).expect("mkdir");
+        let independent = LockFile::acquire(&other).expect("another directory locks on its own");
+        drop(first);
+        let again = LockFile::acquire(&tmp.path().join("alias")).expect("free after drop");
+        drop((again, independent));
+        // Read only now: closing a descriptor of `lock` would release this process's lock on it.
+        assert_eq!(std::fs::read(root.join("lock")).expect("read"), b"lock");
     }
 }

@@ -2,6 +2,7 @@
 //! and defaults, grouped by subsystem. Only settings that change behaviour in rmq are here.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -198,5 +199,298 @@ impl StoreConfig {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }
         Ok(())
+    }
+}
+
+/// The file sizes of an existing store, read off its files (the settings a store must be opened with).
+/// `None`: no file to read that size from (a new store, or a directory without such files).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileSizes {
+    /// `mappedFileSizeCommitLog`, from `commitlog/`.
+    pub mapped_file_size_commit_log: Option<u64>,
+    /// `mappedFileSizeConsumeQueue`, from `consumequeue/<topic>/<queueId>/`.
+    pub mapped_file_size_consume_queue: Option<u64>,
+    /// `(maxHashSlotNum, maxIndexNum)`, from `index/`.
+    pub index: Option<(u32, u32)>,
+}
+
+impl FileSizes {
+    /// Reads the sizes off the files under `root`, writing nothing and opening no file but index headers.
+    ///
+    /// - A directory of segments named by their start offset (the commitlog, each consume queue): the distance
+    ///   between consecutive names, where a directory has two files or more (the most common distance, so a
+    ///   missing segment does not count); otherwise the most common length of its files. A truncated or
+    ///   extended segment therefore does not decide the size: opening then reports it as damage.
+    /// - Index files (`40 + 4 × slots + 20 × entries` bytes): a full file (any but the newest) has
+    ///   `indexCount = maxIndexNum` in its header, which fixes both; with only the newest file, RocketMQ's
+    ///   default ratio (entries = 4 × slots) when the length fits it, else (files up to 64 MiB) the one layout
+    ///   under which the file's slots and chains are what `putKey` writes. When neither tells,
+    ///   [`Error::InvalidConfig`]: the sizes must then be given.
+    pub fn read(root: &Path) -> Result<Self> {
+        let mut sizes = FileSizes::default();
+        let commitlog = segments(&root.join("commitlog"))?;
+        sizes.mapped_file_size_commit_log = segment_size(&[commitlog]);
+        let cq_root = root.join("consumequeue");
+        let mut queues = Vec::new();
+        for topic in subdirs(&cq_root)? {
+            for queue in subdirs(&topic)? {
+                queues.push(segments(&queue)?);
+            }
+        }
+        sizes.mapped_file_size_consume_queue = segment_size(&queues);
+        sizes.index = index_sizes(&root.join("index"))?;
+        Ok(sizes)
+    }
+
+    /// Sets the sizes found in `config`, leaving the others as they are.
+    pub fn apply(&self, config: &mut StoreConfig) {
+        if let Some(s) = self.mapped_file_size_commit_log {
+            config.commit_log.mapped_file_size_commit_log = s;
+        }
+        if let Some(s) = self.mapped_file_size_consume_queue {
+            config.consume_queue.mapped_file_size_consume_queue = s;
+        }
+        if let Some((slots, entries)) = self.index {
+            config.index.max_hash_slot_num = slots;
+            config.index.max_index_num = entries;
+        }
+    }
+}
+
+impl StoreConfig {
+    /// The default configuration with the file sizes of the store at `root` ([`FileSizes::read`]): what
+    /// opening a store without a configuration uses.
+    pub fn from_files(root: &Path) -> Result<Self> {
+        let mut config = StoreConfig::default();
+        FileSizes::read(root)?.apply(&mut config);
+        Ok(config)
+    }
+}
+
+/// The sub-directories of `dir` (none if it does not exist).
+fn subdirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in read_dir(dir)? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        if entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    Ok(out)
+}
+
+/// `std::fs::read_dir`, with a missing directory read as empty.
+fn read_dir(dir: &Path) -> Result<impl Iterator<Item = std::io::Result<std::fs::DirEntry>>> {
+    match std::fs::read_dir(dir) {
+        Ok(it) => Ok(Some(it).into_iter().flatten()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None.into_iter().flatten()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
+
+/// (start offset, length) of the non-empty files of `dir` named by their start offset, in offset order.
+fn segments(dir: &Path) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for entry in read_dir(dir)? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let Some(start) = entry.file_name().to_str().and_then(crate::file_queue::parse_file_name) else { continue };
+        let meta = entry.metadata().map_err(|e| Error::io(entry.path(), e))?;
+        if meta.is_file() && meta.len() > 0 {
+            out.push((start, meta.len()));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The segment size of one or more segment directories of the same setting (module docs of
+/// [`FileSizes::read`]): name distances where there are any, else file lengths; the most common, ties to the
+/// larger.
+fn segment_size(dirs: &[Vec<(u64, u64)>]) -> Option<u64> {
+    let distances: Vec<u64> =
+        dirs.iter().flat_map(|d| d.windows(2).filter_map(|w| w[1].0.checked_sub(w[0].0))).filter(|&d| d > 0).collect();
+    if !distances.is_empty() {
+        return most_common(&distances);
+    }
+    most_common(&dirs.iter().flatten().map(|&(_, len)| len).collect::<Vec<_>>())
+}
+
+fn most_common(values: &[u64]) -> Option<u64> {
+    let mut counts = std::collections::BTreeMap::<u64, usize>::new();
+    for &v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts.into_iter().max_by_key(|&(v, n)| (n, v)).map(|(v, _)| v)
+}
+
+/// `(maxHashSlotNum, maxIndexNum)` of the index files in `dir` (see [`FileSizes::read`]).
+fn index_sizes(dir: &Path) -> Result<Option<(u32, u32)>> {
+    use crate::index::{HEADER_SIZE, INDEX_COUNT_POS, SLOT_SIZE};
+    let mut files = Vec::new();
+    for entry in read_dir(dir)? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let meta = entry.metadata().map_err(|e| Error::io(entry.path(), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if meta.is_file() && meta.len() > 0 && !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+            files.push((name, entry.path(), meta.len()));
+        }
+    }
+    files.sort();
+    let Some(len) = most_common(&files.iter().map(|f| f.2).collect::<Vec<_>>()) else { return Ok(None) };
+    let slot = SLOT_SIZE as u64;
+    let entry = crate::index::ENTRY_SIZE as u64;
+    let body = len.saturating_sub(HEADER_SIZE as u64);
+    // Full files: every file but the newest, with the common length.
+    for (_, path, _) in files.iter().rev().skip(1).filter(|f| f.2 == len) {
+        let mut head = [0u8; HEADER_SIZE];
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).map_err(|e| Error::io(path, e))?;
+        let count = u64::from(u32::from_be_bytes([
+            head[INDEX_COUNT_POS],
+            head[INDEX_COUNT_POS + 1],
+            head[INDEX_COUNT_POS + 2],
+            head[INDEX_COUNT_POS + 3],
+        ]));
+        let slots_bytes = body.checked_sub(count * entry).filter(|b| *b > 0 && b.is_multiple_of(slot));
+        if let (Some(b), true) = (slots_bytes, count >= 2) {
+            if let (Ok(slots), Ok(entries)) = (u32::try_from(b / slot), u32::try_from(count)) {
+                return Ok(Some((slots, entries)));
+            }
+        }
+    }
+    // Only the newest file (or no readable full one): RocketMQ's default ratio, entries = 4 × slots.
+    let per_slot = slot + 4 * entry;
+    if body > 0 && body.is_multiple_of(per_slot) {
+        if let Ok(slots) = u32::try_from(body / per_slot) {
+            if let Some(entries) = slots.checked_mul(4) {
+                return Ok(Some((slots, entries)));
+            }
+        }
+    }
+    // Another ratio and only the newest file: the sizes whose layout its slots and chains fit.
+    if let Some((_, path, _)) = files.iter().rev().find(|f| f.2 == len).filter(|_| len <= SMALL_INDEX_FILE) {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        if let [only] = index_layouts_that_fit(&bytes)[..] {
+            return Ok(Some(only));
+        }
+    }
+    let path = files.iter().find(|f| f.2 == len).map(|f| f.1.display().to_string()).unwrap_or_default();
+    Err(Error::InvalidConfig(format!(
+        "cannot tell the index sizes from {path} ({len} bytes, not RocketMQ's ratio of 4 entries per slot and no full \
+         index file to read them from): give max_hash_slot_num and max_index_num (40 + 4 × slots + 20 × entries \
+         = {len})"
+    )))
+}
+
+/// Index files up to this size are read whole to find their layout when their header cannot tell it.
+const SMALL_INDEX_FILE: u64 = 64 << 20;
+
+/// Every `(slots, entries)` with `40 + 4 × slots + 20 × entries = bytes.len()` under which the index file's
+/// used entries (1 to indexCount − 1) form what `putKey` writes: each entry's `prevIndex` is 0 or an earlier
+/// entry of the same slot, and each entry's slot holds it or a later entry. A file without entries fits any.
+fn index_layouts_that_fit(bytes: &[u8]) -> Vec<(u32, u32)> {
+    use crate::index::{ENTRY_SIZE, HEADER_SIZE, INDEX_COUNT_POS, SLOT_SIZE};
+    let be = |pos: usize| -> Option<i32> { Some(i32::from_be_bytes(bytes.get(pos..pos + 4)?.try_into().ok()?)) };
+    let Some(used) = be(INDEX_COUNT_POS).and_then(|n| usize::try_from(n).ok()).filter(|n| *n >= 2) else {
+        return Vec::new();
+    };
+    let body = bytes.len().saturating_sub(HEADER_SIZE);
+    let mut fits = Vec::new();
+    for entries in used..=body / ENTRY_SIZE {
+        let slot_bytes = body - entries * ENTRY_SIZE;
+        if slot_bytes == 0 || !slot_bytes.is_multiple_of(SLOT_SIZE) {
+            continue;
+        }
+        let slots = slot_bytes / SLOT_SIZE;
+        let entry = |i: usize| HEADER_SIZE + slot_bytes + i * ENTRY_SIZE;
+        let slot_of = |i: usize| be(entry(i)).map(|h| h.unsigned_abs() as usize % slots);
+        let fits_entry = |i: usize| -> Option<bool> {
+            let slot = slot_of(i)?;
+            let newest = usize::try_from(be(HEADER_SIZE + slot * SLOT_SIZE)?).ok()?;
+            let prev = usize::try_from(be(entry(i) + 16)?).ok()?;
+            Some(newest >= i && newest < used && prev < i && (prev == 0 || slot_of(prev)? == slot))
+        };
+        if (1..used).all(|i| fits_entry(i) == Some(true)) {
+            if let (Ok(s), Ok(e)) = (u32::try_from(slots), u32::try_from(entries)) {
+                fits.push((s, e));
+            }
+        }
+    }
+    fits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file_queue::file_name;
+
+    fn file(dir: &Path, name: &str, len: u64) {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        std::fs::File::create(dir.join(name)).and_then(|f| f.set_len(len)).expect("create");
+    }
+
+    fn index_file(dir: &Path, name: &str, slots: u64, entries: u64, index_count: i32) {
+        file(dir, name, 40 + 4 * slots + 20 * entries);
+        let f = std::fs::OpenOptions::new().write(true).open(dir.join(name)).expect("open");
+        std::os::unix::fs::FileExt::write_all_at(&f, &index_count.to_be_bytes(), 36).expect("write");
+    }
+
+    #[test]
+    fn segment_sizes_come_from_name_spacing_so_a_damaged_file_does_not_decide() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cl = tmp.path().join("commitlog");
+        let mib = 1 << 20;
+        file(&cl, &file_name(0), mib);
+        file(&cl, &file_name(mib), mib);
+        file(&cl, &file_name(2 * mib), 1000); // truncated last segment
+        let cq = tmp.path().join("consumequeue");
+        file(&cq.join("T/0"), &file_name(0), 160);
+        file(&cq.join("T/1"), &file_name(0), 160);
+        file(&cq.join("U/0"), &file_name(0), 40); // a truncated single file, outvoted
+        let sizes = FileSizes::read(tmp.path()).expect("read");
+        assert_eq!(sizes.mapped_file_size_commit_log, Some(mib));
+        assert_eq!(sizes.mapped_file_size_consume_queue, Some(160));
+        assert_eq!(sizes.index, None);
+        // A missing middle segment (a distance of two sizes) is outvoted too; an empty file does not count.
+        file(&cl, &file_name(4 * mib), mib);
+        file(&cl, &file_name(5 * mib), mib);
+        file(&cl, &file_name(6 * mib), 0);
+        assert_eq!(FileSizes::read(tmp.path()).expect("read").mapped_file_size_commit_log, Some(mib));
+        // Two segments, the last one extended: the lengths tie, the names do not.
+        let two = tmp.path().join("two");
+        file(&two.join("commitlog"), &file_name(0), mib);
+        file(&two.join("commitlog"), &file_name(mib), 2 * mib);
+        assert_eq!(FileSizes::read(&two).expect("read").mapped_file_size_commit_log, Some(mib));
+    }
+
+    #[test]
+    fn single_files_give_their_length_and_no_store_gives_nothing() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_eq!(FileSizes::read(&tmp.path().join("missing")).expect("read"), FileSizes::default());
+        file(&tmp.path().join("commitlog"), &file_name(0), 65536);
+        file(&tmp.path().join("commitlog"), "stray.txt", 3);
+        file(&tmp.path().join("consumequeue/T/0"), &file_name(6000), 6000);
+        let config = StoreConfig::from_files(tmp.path()).expect("config");
+        assert_eq!(config.commit_log.mapped_file_size_commit_log, 65536);
+        assert_eq!(config.consume_queue.mapped_file_size_consume_queue, 6000);
+        assert_eq!(config.index, crate::index::IndexConfig::default());
+    }
+
+    #[test]
+    fn index_sizes_from_a_full_file_or_the_default_ratio() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let index = tmp.path().join("index");
+        // One file of the default ratio (entries = 4 × slots).
+        index_file(&index, "20260101000000000", 64, 256, 3);
+        assert_eq!(FileSizes::read(tmp.path()).expect("read").index, Some((64, 256)));
+        // Another ratio: the full file's indexCount fixes it.
+        std::fs::remove_dir_all(&index).expect("rm");
+        index_file(&index, "20260101000000000", 64, 128, 128);
+        let alone = FileSizes::read(tmp.path());
+        assert!(matches!(alone, Err(Error::InvalidConfig(ref m)) if m.contains("max_hash_slot_num")), "{alone:?}");
+        index_file(&index, "20260101000000001", 64, 128, 5);
+        assert_eq!(FileSizes::read(tmp.path()).expect("read").index, Some((64, 128)));
+        let config = StoreConfig::from_files(tmp.path()).expect("config");
+        assert_eq!((config.index.max_hash_slot_num, config.index.max_index_num), (64, 128));
     }
 }

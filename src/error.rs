@@ -61,8 +61,12 @@ pub enum Error {
     #[error("no space left on the device for {path}{}; nothing was written: free space and retry", needed_text(*.needed))]
     DiskFull { path: PathBuf, needed: Option<u64> },
 
-    /// Another process (or another open store in this one) holds the store directory.
-    #[error("store directory {0} is locked by another open store; close it first")]
+    /// Another process (a RocketMQ broker, another rmq) or another open store in this one holds the store
+    /// directory's lock (RocketMQ's fcntl lock on `<root>/lock`); nothing was changed.
+    #[error(
+        "store directory {0} is locked: a RocketMQ broker or another rmq store (in this process or another) has it \
+         open; nothing was changed: close that first"
+    )]
     Locked(PathBuf),
 
     /// The store was opened read-only (`read_only=True`); the call would write.

@@ -1,21 +1,58 @@
-"""The `rmq` command: `rmq demo` writes and reads back a workload, `rmq scan` prints a store as JSON lines."""
+"""The `rmq` command as a user meets it: driven as a subprocess, judged by exit status, stdout and stderr.
+
+`rmq demo` writes and reads back a workload; `rmq scan` prints a store's messages (text or JSON lines, with tags,
+keys, the body CRC verdict and, if asked, bodies); errors are one line that says what to do, never a traceback.
+"""
 
 from __future__ import annotations
 
+import base64
+import fcntl
 import io
 import json
+import os
+import pty
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
 from pathlib import Path
 
 import pytest
 
 import rmq
-from rmq import cli
+from conftest import SMALL
+from rmq.demo import run_demo
 from rmq.offsets import ConsumerOffsetManager
+
+
+def rmq_cli(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Runs `rmq ARGS` in a child process, as a shell would (stdout and stderr piped)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rmq.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    """The single stderr line of a failed command (no traceback), after checking the exit status."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rmq"), proc.stderr
+    return lines[0]
 
 
 def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> None:
     store = tmp_path / "demo"
-    first = cli.run_demo(store, messages=300, segment_size=64 * 1024, fresh=True, out=io.StringIO())
+    first = run_demo(store, messages=300, segment_size=64 * 1024, fresh=True, out=io.StringIO())
     assert first["messages_before"] == 0 and first["messages_written"] == 300 + 32 + 1
     assert first["messages_scanned"] == first["messages_written"] == first["body_crc_ok"]
     segments = first["segments"]
@@ -26,7 +63,7 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     assert isinstance(cq_max, dict) and sum(cq_max.values()) == first["messages_written"]
     assert first["index_files"] == 1
     out = io.StringIO()
-    second = cli.run_demo(store, messages=10, segment_size=64 * 1024, fresh=False, out=out)
+    second = run_demo(store, messages=10, segment_size=64 * 1024, fresh=False, out=out)
     g1 = first["consumer_group"]
     assert isinstance(g1, dict)
     retried = g1["sent_to_retry"]
@@ -57,69 +94,249 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     }
 
 
-def scan_lines(store: Path, from_offset: int = 0, limit: int | None = None) -> list[dict[str, object]]:
-    out = io.StringIO()
-    count = cli.run_scan(store, from_offset, limit, out=out)
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert len(lines) == count
-    return lines
+BODIES = [b"plain", "标签 ünïcode".encode(), b"two\nlines\ttab", b"\xff\xfe not utf-8 \x00", b""]
 
 
-def test_scan_prints_one_json_line_per_message(tmp_path: Path) -> None:
-    with rmq.MessageStore(tmp_path / "s") as store:  # the default segment size, which `rmq scan` assumes
-        offsets = [store.put("T", b"%d" % i, tags="标签", queue_id=i % 2).wrote_offset for i in range(5)]
-    lines = scan_lines(tmp_path / "s")
-    assert [x["commitlog_offset"] for x in lines] == offsets
-    assert [x["queue_offset"] for x in lines] == [0, 0, 1, 1, 2]
-    first = lines[0]
-    assert isinstance(first["properties"], dict) and first["properties"]["TAGS"] == "标签"
-    assert first["body_len"] == 1 and first["msg_id"] == "7F00000100002A9F0000000000000000"
-    assert [x["commitlog_offset"] for x in scan_lines(tmp_path / "s", offsets[2], 2)] == offsets[2:4]
-    assert cli.main(["scan", str(tmp_path / "s"), "--limit", "0"]) == 0
+def write_store(path: Path, config: rmq.StoreConfig = SMALL, n: int = 40) -> list[int]:
+    with rmq.MessageStore(path, config) as store:
+        return [
+            store.put(
+                "T", BODIES[i % len(BODIES)], queue_id=i % 2, tags="标签" if i % 3 else None, keys=[f"k{i}", "shared"]
+            ).wrote_offset  # fmt: skip
+            for i in range(n)
+        ]
 
 
-def test_scan_of_a_locked_store_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with rmq.MessageStore(tmp_path / "s"):
-        assert cli.main(["scan", str(tmp_path / "s")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("rmq: ") and "locked" in err
+def test_version() -> None:
+    proc = rmq_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"rmq {rmq.__version__}"
 
 
-def test_scan_reads_the_store_the_demo_writes(tmp_path: Path) -> None:
-    """README: `make run` writes ./rmq-demo-store with `rmq demo` (1 MiB segments by default), and
-    `rmq scan STORE` prints a store's messages. The scan must work on that store."""
+def test_scan_prints_tags_keys_and_the_crc_verdict_as_text_and_json(tmp_path: Path) -> None:
+    offsets = write_store(tmp_path / "s")
+    text = rmq_cli("scan", tmp_path / "s")
+    assert text.returncode == 0 and text.stderr == ""
+    lines = text.stdout.splitlines()
+    assert len(lines) == len(offsets)
+    assert lines[1].split()[0] == str(offsets[1]) and " T q1/0 " in lines[1]
+    assert 'tags="标签"' in lines[1] and 'keys=["k1", "shared"]' in lines[1] and "crc=ok" in lines[1]
+    assert "tags=null" in lines[0] and "body=" not in lines[0]
+    js = rmq_cli("scan", tmp_path / "s", "--json")
+    assert js.returncode == 0 and js.stderr == ""
+    rows = [json.loads(line) for line in js.stdout.splitlines()]
+    assert [r["commitlog_offset"] for r in rows] == offsets
+    assert [r["queue_offset"] for r in rows[:4]] == [0, 0, 1, 1]
+    assert rows[1]["tags"] == "标签" and rows[0]["tags"] is None and rows[5]["keys"] == ["k5", "shared"]
+    assert all(r["body_crc_ok"] is True for r in rows) and "body" not in rows[0]
+    assert rows[0]["msg_id"] == "7F00000100002A9F0000000000000000" and rows[0]["properties"]["KEYS"] == "k0 shared"
+    limited = rmq_cli("scan", tmp_path / "s", "--json", "--from", offsets[2], "--limit", "2")
+    assert [json.loads(x)["commitlog_offset"] for x in limited.stdout.splitlines()] == offsets[2:4]
+
+
+@pytest.mark.parametrize("fmt", ["text", "hex", "base64"])
+def test_scan_prints_bodies_in_each_format(tmp_path: Path, fmt: str) -> None:
+    write_store(tmp_path / "s", n=len(BODIES))
+    proc = rmq_cli("scan", tmp_path / "s", "--json", "--body-format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["body_format"] for r in rows] == [fmt] * len(BODIES)
+    decode = {
+        "text": lambda s: s.encode("utf-8", "surrogateescape"),
+        "hex": bytes.fromhex,
+        "base64": base64.b64decode,
+    }[fmt]
+    if fmt == "text":  # UTF-8 as is; other bytes as \xNN
+        assert [r["body"] for r in rows] == [b.decode("utf-8", "backslashreplace") for b in BODIES]
+    else:
+        assert [decode(r["body"]) for r in rows] == BODIES
+    text = rmq_cli("scan", tmp_path / "s", "--body")  # --body alone: text
+    assert [line.rsplit(" body=", 1)[1] for line in text.stdout.splitlines()] == [
+        json.dumps(b.decode("utf-8", "backslashreplace"), ensure_ascii=False) for b in BODIES
+    ]
+
+
+def test_scan_flags_a_body_that_fails_its_crc_and_exits_1(tmp_path: Path) -> None:
+    offsets = write_store(tmp_path / "s", n=200)
+    with rmq.MessageStore(tmp_path / "s", SMALL) as store:
+        msg = store.read(offsets[1])
+        assert msg is not None and msg.body == BODIES[1]
+        at = offsets[1] + bytes(msg.raw).index(BODIES[1])
+        files = store.commitlog_files()
+    segment = Path(files[0])
+    data = bytearray(segment.read_bytes())
+    data[at] ^= 0x01
+    segment.write_bytes(bytes(data))
+    proc = rmq_cli("scan", tmp_path / "s", "--json")
+    line = one_line_error(proc, code=1)
+    assert "1 of 200 messages" in line and f"commitlog offset {offsets[1]}" in line
+    rows = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert [r["commitlog_offset"] for r in rows if not r["body_crc_ok"]] == [offsets[1]]
+    text = rmq_cli("scan", tmp_path / "s")
+    assert text.returncode == 1 and [x.split()[0] for x in text.stdout.splitlines() if "crc=BAD" in x] == [
+        str(offsets[1])
+    ]
+
+
+def test_the_store_the_demo_writes_opens_in_the_api_and_scans(tmp_path: Path) -> None:
+    """README: `rmq demo` writes 1 MiB segments; `rmq.MessageStore(path)` (no config) and `rmq scan` read it."""
     store = tmp_path / "demo"
-    assert cli.main(["demo", "--store", str(store), "--messages", "20", "--fresh", "--no-spark"]) == 0
-    assert cli.main(["scan", str(store)]) == 0
-    lines = scan_lines(store)
+    proc = rmq_cli("demo", "--store", store, "--messages", "20", "--fresh", "--no-spark", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)["demo"]
+    with rmq.MessageStore(store) as s:
+        assert s.config.mapped_file_size_commit_log == 1024 * 1024
+        assert sum(1 for _ in s.scan()) == summary["messages_scanned"] + summary["consumer_group"]["sent_to_retry"]
+    scan = rmq_cli("scan", store, "--json")
+    lines = [json.loads(x) for x in scan.stdout.splitlines()]
     retried = [x for x in lines if x["topic"] == "%RETRY%demo-order-consumers"]
     assert 1 <= len(retried) <= 8  # the consumer group's retries: the batch around seq 0
     assert len(lines) == 20 + 32 + 1 + len(retried)
 
 
-def test_scan_of_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
-    """A typo in the path must not leave a new, empty store behind (a read command writes nothing)."""
-    missing = tmp_path / "no-such-store"
-    cli.main(["scan", str(missing)])
-    assert not missing.exists()
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["scan", "{store}", "--from", "-5"], "a commitlog offset must be between 0 and"),
+        (["scan", "{store}", "--from", str(2**63)], "a commitlog offset must be between 0 and"),
+        (["scan", "{store}", "--limit", "ten"], "'ten' is not an integer"),
+        (["scan", "{store}", "--body-format", "utf16"], "invalid choice"),
+        (["demo", "--segment-size", "0"], "a size must be between 1 and"),
+        (["scan"], "the following arguments are required: store"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    write_store(tmp_path / "s", n=3)
+    line = one_line_error(rmq_cli(*(a.format(store=tmp_path / "s") for a in args)))
+    assert says in line and "--help" in line
+
+
+def test_a_missing_store_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    for cmd in ("scan", "describe"):
+        line = one_line_error(rmq_cli(cmd, tmp_path / "no-such-store"))
+        assert "does not exist" in line and "commitlog/" in line
+    (tmp_path / "empty").mkdir()
+    assert "holds no store" in one_line_error(rmq_cli("scan", tmp_path / "empty"))
+    assert sorted(os.listdir(tmp_path)) == ["empty"] and os.listdir(tmp_path / "empty") == []
+
+
+def test_a_locked_store_is_read_but_not_written(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", n=3)
+    write_store(tmp_path / "d", n=1)
+    with rmq.MessageStore(tmp_path / "s", SMALL), rmq.MessageStore(tmp_path / "d", SMALL):
+        # Reading commands open read-only and take no lock: they work beside the writer.
+        proc = rmq_cli("scan", tmp_path / "s", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert len(proc.stdout.splitlines()) == 3
+        # A command that writes is refused with one line.
+        line = one_line_error(rmq_cli("replay", tmp_path / "s", tmp_path / "d"))
+    assert "is locked" in line and "close that first" in line
+
+
+def test_a_store_the_user_cannot_read_says_permission_denied(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", n=3)
+    # root reads everything: without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH it is held to the modes too.
+    as_user = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
+    os.chmod(tmp_path / "s", 0)
+    try:
+        proc = subprocess.run(
+            [*as_user, sys.executable, "-m", "rmq.cli", "scan", str(tmp_path / "s")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        os.chmod(tmp_path / "s", 0o755)
+    line = one_line_error(proc)
+    assert "permission denied" in line and str(tmp_path / "s") in line
+
+
+def test_demo_without_the_spark_extra_says_which_extra_to_install(tmp_path: Path) -> None:
+    hide = "import sys; sys.modules['pyarrow'] = None; from rmq.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, "demo", "--store", str(tmp_path / "d"), "--messages", "5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    line = one_line_error(proc)
+    assert "pip install 'rmq[spark]'" in line and "pyarrow" in line and "--no-spark" in line
+    assert not (tmp_path / "d").exists()  # it said so before writing anything
+
+
+def test_ctrl_c_exits_130_quietly(tmp_path: Path) -> None:
+    store = tmp_path / "d"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rmq.cli", "demo", "--store", str(store), "--messages", str(10**8), "--no-spark"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not any((store / "commitlog").glob("0*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130 and err == "", err
+    with rmq.MessageStore(store) as s:  # closed cleanly on the way out
+        assert not s.unclean_shutdown
+
+
+def run_on_a_terminal(*args: str | Path, stdout: Path) -> str:
+    """Runs `rmq ARGS` with stderr on a pseudo-terminal and stdout into a file; returns what the terminal got."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 columns wide
+    with stdout.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rmq.cli", *map(str, args)], stdout=out, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=300) == 0, seen
+    return seen.decode("utf-8", "replace")
+
+
+def test_progress_bar_on_a_terminal_and_quiet_when_piped(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", n=3000)
+    shown = run_on_a_terminal("scan", tmp_path / "s", "--json", stdout=tmp_path / "out.jsonl")
+    assert "scanning" in shown and "msg/s" in shown and "B/s" in shown
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 3000
+    piped = rmq_cli("scan", tmp_path / "s", "--json")
+    assert piped.returncode == 0 and piped.stderr == "" and len(piped.stdout.splitlines()) == 3000
+
+
+def test_scan_into_a_closed_pipe_stops_quietly(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", n=3000)
+    shell = subprocess.run(
+        f"{sys.executable} -m rmq.cli scan {tmp_path / 's'} | head -n 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert len(shell.stdout.splitlines()) == 1 and shell.stderr == ""
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-5.3.1"
 
 
-def test_describe_of_a_rocketmq_store_infers_its_sizes_and_matches_rocketmq(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_describe_of_a_rocketmq_store_infers_its_sizes_and_matches_rocketmq(tmp_path: Path) -> None:
     """`rmq describe STORE` reads the file sizes off the store (64 KiB commitlog, 160-byte consume queues,
     64 slots / 128 entries index) and prints what RocketMQ itself printed for the same store."""
-    import shutil
-
     shutil.copytree(FIXTURE / "store", tmp_path / "store")
-    config = cli.existing_store_config(tmp_path / "store")
-    assert (config.mapped_file_size_commit_log, config.mapped_file_size_consume_queue) == (65536, 160)
-    assert (config.max_hash_slot_num, config.max_index_num) == (64, 128)
-    assert cli.main(["describe", str(tmp_path / "store")]) == 0
-    ours = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    proc = rmq_cli("describe", tmp_path / "store", "--json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    ours = [json.loads(line) for line in proc.stdout.splitlines()]
     theirs = [json.loads(line) for line in (FIXTURE / "describe.jsonl").read_text(encoding="utf-8").splitlines()]
     assert ours == theirs
 

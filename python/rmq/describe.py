@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
+import os
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import rmq
 
-__all__ = ["describe", "host_hex", "properties_string"]
+__all__ = ["describe", "host_hex", "properties_string", "run_describe"]
 
 _BORN_V6 = 1 << 4
 _STORE_V6 = 1 << 5
@@ -176,3 +179,18 @@ def describe(store: rmq.MessageStore) -> Iterator[dict[str, Any]]:
                 "lower": store.get_offset_in_queue_by_time(topic, qid, ts, rmq.BoundaryType.LOWER),
                 "upper": store.get_offset_in_queue_by_time(topic, qid, ts, rmq.BoundaryType.UPPER),
             }
+
+
+def run_describe(
+    store_dir: str | os.PathLike[str], config: rmq.StoreConfig | None = None, out: TextIO | None = None
+) -> int:
+    """Prints the description of the store at `store_dir` as JSON lines; returns the line count. The sizes are
+    read off the files unless `config` is given."""
+    out = out if out is not None else sys.stdout
+    count = 0
+    config = config if config is not None else rmq.StoreConfig.from_files(store_dir)
+    with rmq.MessageStore(store_dir, config, read_only=True) as store:
+        for obj in describe(store):
+            print(json.dumps(obj, ensure_ascii=False, sort_keys=True), file=out)
+            count += 1
+    return count

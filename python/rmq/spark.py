@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -503,6 +504,24 @@ def run_pipeline(
     return result
 
 
+def run_spark(store: Path, out: Path, master: str | None, *, quiet: bool = False) -> dict[str, Any]:
+    """The pipeline job (`run_pipeline`) in a session of its own, with the executors' ids added to its result.
+    Prints the summaries unless `quiet`."""
+    say = (lambda _text: None) if quiet else print
+    say(f"Spark job over {store} (master {master or os.environ.get('SPARK_MASTER', 'local[*]')}) ...")
+    started = time.perf_counter()
+    spark = session(master)
+    try:
+        result = run_pipeline(spark, store, out)
+        result["executors"] = executor_ids(spark)
+    finally:
+        spark.stop()
+    if not quiet:
+        print_summary(result, out)
+    say(f"Spark job done in {time.perf_counter() - started:.1f}s")
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m rmq.spark STORE OUT [--master URL]` (also `rmq spark`)."""
     import argparse
@@ -512,8 +531,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("out")
     ap.add_argument("--master", default=None, help="Spark master URL (default local[*] or $SPARK_MASTER)")
     args = ap.parse_args(argv)
-    from rmq.cli import run_spark
-
     run_spark(Path(args.store), Path(args.out), args.master)
     return 0
 

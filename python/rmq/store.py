@@ -73,6 +73,22 @@ class StoreConfig:
     #: `offsetCheckInSlave`: let a slave correct offsets too.
     offset_check_in_slave: bool = False
 
+    @classmethod
+    def from_files(cls, path: str | os.PathLike[str], **overrides: Any) -> StoreConfig:
+        """The defaults, with the file sizes of the store at `path` read off its files (what opening without a
+        config uses): segment and consume-queue file sizes from the spacing of the file names (or the files'
+        length), index sizes from a full index file's header (or RocketMQ's ratio of 4 entries per slot).
+        `overrides` are set on top. Reads only; a directory without a store gives the defaults. Raises
+        `InvalidConfigError` when the index sizes cannot be told (give `max_hash_slot_num` and `max_index_num`).
+        """
+        if not isinstance(path, str | os.PathLike):
+            raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        sizes: dict[str, Any] = dict(_native.sizes_from_files(os.fspath(path)))
+        if "max_hash_slot_num" in overrides or "max_index_num" in overrides:
+            sizes.pop("max_hash_slot_num", None)
+            sizes.pop("max_index_num", None)
+        return cls(**{**sizes, **overrides})
+
     def to_native(self) -> dict[str, Any]:
         """The settings as the extension module takes them."""
         return dataclasses.asdict(self)
@@ -148,7 +164,11 @@ in `open_report["damage"]`. A torn, unacknowledged append left by a killed proce
 class MessageStore(_native.MessageStore):
     """An open store directory: RocketMQ's commitlog, consume queues and index, written and read byte-compatibly.
 
-    Opening takes an exclusive lock on the directory (a second open raises `StoreLockedError`), validates the
+    Without a `config`, the file sizes are read off the store's files (`StoreConfig.from_files`) and the rest
+    is RocketMQ's defaults; a config whose sizes contradict the files raises `InvalidConfigError`.
+
+    Opening takes RocketMQ's lock on the directory (an fcntl lock on `<root>/lock`, so a running broker and rmq
+    exclude each other, and a second open in this process raises `StoreLockedError`), validates the
     tail of the commitlog, recovers the consume queues and the index, dispatches whatever they lack, and
     starts the reput service (`self.reput`) that dispatches later puts in the background. Use it as a
     context manager, or call `close()`. Every call that touches files releases the GIL.
@@ -178,8 +198,10 @@ class MessageStore(_native.MessageStore):
         _args.boolean(read_only, "read_only")
         if not isinstance(path, str | os.PathLike):
             raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        cfg = config if config is not None else StoreConfig()
-        return super().__new__(cls, os.fspath(path), cfg.to_native(), recovery, read_only)
+        cfg = config if config is not None else StoreConfig.from_files(path)
+        store = super().__new__(cls, os.fspath(path), cfg.to_native(), recovery, read_only)
+        store.config = cfg
+        return store
 
     def __init__(
         self,
@@ -190,7 +212,6 @@ class MessageStore(_native.MessageStore):
         recovery: Recovery = "strict",
         read_only: bool = False,
     ) -> None:
-        self.config = config if config is not None else StoreConfig()
         self.reput = ReputMessageService(self)
         # A read-only store takes no puts: everything is dispatched by the open, and `refresh()` dispatches
         # what another process added.

@@ -823,7 +823,31 @@ fn check_store<'py>(
     Ok(d)
 }
 
+/// The file sizes of the store at `path`, read off its files (`FileSizes::read`): a dict with the
+/// `StoreConfig` names of those it could read (`mapped_file_size_commit_log`, `mapped_file_size_consume_queue`,
+/// `max_hash_slot_num`, `max_index_num`). Writes nothing.
+#[pyfunction]
+fn sizes_from_files<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::path)] path: PathBuf,
+) -> PyResult<Bound<'py, PyDict>> {
+    let sizes = py.detach(|| crate::config::FileSizes::read(&path)).map_err(to_py)?;
+    let d = PyDict::new(py);
+    if let Some(s) = sizes.mapped_file_size_commit_log {
+        d.set_item("mapped_file_size_commit_log", s)?;
+    }
+    if let Some(s) = sizes.mapped_file_size_consume_queue {
+        d.set_item("mapped_file_size_consume_queue", s)?;
+    }
+    if let Some((slots, entries)) = sizes.index {
+        d.set_item("max_hash_slot_num", slots)?;
+        d.set_item("max_index_num", entries)?;
+    }
+    Ok(d)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sizes_from_files, m)?)?;
     m.add_class::<MessageStore>()?;
     m.add_class::<Scanner>()?;
     m.add_function(wrap_pyfunction!(check_store, m)?)?;

@@ -1,0 +1,114 @@
+"""Opening without a config reads the file sizes off the store (`StoreConfig.from_files`, one Rust function
+used by `rmq.MessageStore(path)` and the CLI alike); a size that is really one damaged file is reported as
+damage, naming the file, its size and its siblings' size."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import rmq
+from conftest import SMALL
+
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-5.3.1"
+SIZES = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_hash_slot_num", "max_index_num")
+
+
+def sizes(config: rmq.StoreConfig) -> tuple[int, ...]:
+    return tuple(getattr(config, name) for name in SIZES)
+
+
+def write(store: Path, config: rmq.StoreConfig, n: int) -> list[int]:
+    with rmq.MessageStore(store, config) as s:
+        offsets = [s.put("T", b"m%d" % i, queue_id=i % 3, keys=[f"k{i}", f"c{i % 7}"]).wrote_offset for i in range(n)]
+        s.wait_dispatched()
+    return offsets
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        SMALL,  # several commitlog and consume-queue files, RocketMQ's index ratio
+        rmq.StoreConfig(
+            mapped_file_size_commit_log=65536,
+            mapped_file_size_consume_queue=160,
+            max_hash_slot_num=64,
+            max_index_num=128,
+        ),  # fmt: skip
+        rmq.StoreConfig(
+            mapped_file_size_commit_log=1 << 20,
+            mapped_file_size_consume_queue=6000,
+            max_hash_slot_num=97,
+            max_index_num=40,
+        ),  # fmt: skip  # several index files of an odd ratio
+    ],
+    ids=["small", "harness-sizes", "full-index-files"],
+)
+def test_a_store_opens_without_a_config_with_the_sizes_it_was_written_with(tmp_path: Path, config: rmq.StoreConfig):
+    store = tmp_path / "store"
+    offsets = write(store, config, 300)
+    assert sizes(rmq.StoreConfig.from_files(store)) == sizes(config)
+    with rmq.MessageStore(store) as s:
+        assert sizes(s.config) == sizes(config)
+        assert [m.commitlog_offset for m in s.scan()] == offsets
+        assert [m.commitlog_offset for m in s.query_message("T", "k17").messages] == [offsets[17]]
+        s.put("T", b"more", keys="k-more")
+        s.wait_dispatched()
+        assert len(s.query_message("T", "k-more").messages) == 1
+
+
+def test_the_rocketmq_fixture_opens_without_a_config(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE / "store", tmp_path / "store")
+    assert sizes(rmq.StoreConfig.from_files(tmp_path / "store")) == (65536, 160, 64, 128)
+    with rmq.MessageStore(tmp_path / "store") as s:
+        assert s.read(0) is not None
+
+
+def test_reading_sizes_writes_nothing_and_a_new_store_gets_the_defaults(tmp_path: Path) -> None:
+    assert sizes(rmq.StoreConfig.from_files(tmp_path / "missing")) == sizes(rmq.StoreConfig())
+    assert not (tmp_path / "missing").exists()
+    write(tmp_path / "s", SMALL, 50)
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (tmp_path / "s").rglob("*") if p.is_file()}
+    rmq.StoreConfig.from_files(tmp_path / "s", max_msgs_num_batch=8)
+    assert before == {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (tmp_path / "s").rglob("*") if p.is_file()}
+    over = rmq.StoreConfig.from_files(tmp_path / "s", max_hash_slot_num=7, max_index_num=9)
+    assert (over.max_hash_slot_num, over.max_index_num, over.mapped_file_size_commit_log) == (7, 9, 4096)
+
+
+def test_a_contradicting_config_keeps_its_clear_error(tmp_path: Path) -> None:
+    write(tmp_path / "s", SMALL, 50)
+    with pytest.raises(rmq.InvalidConfigError, match="segment size it was written with"):
+        rmq.MessageStore(tmp_path / "s", rmq.StoreConfig())
+
+
+@pytest.mark.parametrize("cut", [1, 100, 4000])
+def test_a_truncated_last_segment_is_reported_as_damage(tmp_path: Path, cut: int) -> None:
+    store = tmp_path / "s"
+    write(store, SMALL, 200)
+    segments = sorted((store / "commitlog").iterdir())
+    assert len(segments) > 2
+    last = segments[-1]
+    before = last.stat().st_size
+    os.truncate(last, before - cut)
+    for config in (None, SMALL):
+        with pytest.raises(rmq.CorruptionError) as info:
+            rmq.MessageStore(store, config)
+        message = str(info.value)
+        assert info.value.path == str(last)
+        assert f"{before - cut} bytes where the other files of this directory are {before}" in message
+        assert "truncated" in message and "segment size it was written with" not in message
+    assert last.stat().st_size == before - cut  # nothing was changed
+
+
+def test_a_truncated_consume_queue_file_is_reported_as_damage(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    write(store, SMALL, 1000)  # 334 entries per queue: a queue file holds 300 (6000 bytes), a second one starts
+    cq = sorted((store / "consumequeue" / "T" / "0").iterdir())
+    assert len(cq) >= 2
+    os.truncate(cq[0], 5000)
+    with pytest.raises(rmq.CorruptionError) as info:
+        rmq.MessageStore(store)
+    assert info.value.path == str(cq[0]) and "5000 bytes where the other files" in str(info.value)
