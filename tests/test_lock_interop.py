@@ -75,6 +75,10 @@ def test_a_jvm_holding_rocketmqs_lock_refuses_rmq_which_changes_nothing(driver: 
         # No abort, no checkpoint, no file created, deleted, resized, rewritten or touched.
         assert tree(store) == before
         assert not (store / "abort").exists()
+        # A read-only open takes no lock: it reads the store the JVM holds, and writes nothing either.
+        with rmq.MessageStore(store, read_only=True) as ro:
+            assert ro.read(0) is not None and ro.read_only
+        assert tree(store) == before
         assert jvm.stdin is not None
         jvm.stdin.close()
         assert jvm.wait(timeout=60) == 0
