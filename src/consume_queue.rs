@@ -420,9 +420,10 @@ impl ConsumeQueue {
         if let Some(file) = self.files.find(logical).filter(|f| logical < f.end()) {
             let pos = (logical - file.start()) as usize;
             let tail = file.slice(pos, file.size() as usize - pos).unwrap_or_default();
-            if let Some(dirty) = tail.iter().rposition(|&b| b != 0) {
-                file.write(pos, &vec![0u8; dirty + 1]);
-                file.flush_range(pos, dirty + 1)?;
+            let dirty = crate::commitlog::cursor::nonzero_extent(tail);
+            if dirty > 0 {
+                file.write(pos, &vec![0u8; dirty]);
+                file.flush_range(pos, dirty)?;
             }
         }
         let end = match self.files.last() {

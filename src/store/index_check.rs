@@ -26,7 +26,7 @@ use crate::message::properties::{self, keys};
 use crate::message::TransactionType;
 
 /// The owned index keys of one record (what `build_index` is given for it).
-pub(super) struct Keys {
+struct Keys {
     topic: String,
     uniq_key: Option<String>,
     keys: Option<String>,
@@ -36,7 +36,7 @@ pub(super) struct Keys {
 }
 
 impl Keys {
-    pub(super) fn of(rec: &Record) -> Self {
+    fn of(rec: &Record) -> Self {
         let bytes = rec.bytes();
         let h = &rec.header;
         let props = h.properties(bytes);
@@ -66,13 +66,23 @@ impl Keys {
         self.transaction != TransactionType::Rollback
             && (self.uniq_key.is_some() || self.keys.as_deref().is_some_and(|k| k.split(' ').any(|t| !t.is_empty())))
     }
+}
 
-    /// The stored keyHashes of the record's keys.
-    pub(super) fn hashes(&self) -> impl Iterator<Item = i32> + '_ {
-        let topic_hash = hash_continue(0, &self.topic);
-        let tokens = self.keys.iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
-        self.uniq_key.iter().map(String::as_str).chain(tokens).map(move |k| key_hash_from(topic_hash, k))
+/// Whether one of the record's index keys (its UNIQ_KEY, each non-empty KEYS token) has the stored keyHash
+/// `hash`. Borrows the record's bytes (no copy for valid UTF-8): checks of every index entry call it.
+pub(super) fn has_key_hash(rec: &Record, hash: i32) -> bool {
+    let bytes = rec.bytes();
+    let h = &rec.header;
+    let topic = decode_utf8_lossy(h.topic(bytes));
+    let topic_hash = hash_continue(0, &topic);
+    let props = h.properties(bytes);
+    if properties::get_raw(props, keys::UNIQ_KEY)
+        .is_some_and(|u| key_hash_from(topic_hash, &decode_utf8_lossy(u)) == hash)
+    {
+        return true;
     }
+    properties::get_raw(props, keys::KEYS)
+        .is_some_and(|k| decode_utf8_lossy(k).split(' ').any(|t| !t.is_empty() && key_hash_from(topic_hash, t) == hash))
 }
 
 /// Offers the records starting in `[from, to]` (commitlog offsets, both inclusive) to `visit`, in order,
@@ -167,7 +177,7 @@ fn judge_entry(
                 } else {
                     Candidate::Accept
                 }
-            } else if Keys::of(&rec).hashes().any(|h| h == hash) {
+            } else if has_key_hash(&rec, hash) {
                 Candidate::Reject
             } else {
                 Candidate::Damaged("the message there has no key of the entry's hash".into())
@@ -191,7 +201,7 @@ fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64
         }
         first = false;
         let ok = match log.read(at) {
-            Ok(Some(rec)) => Keys::of(&rec).hashes().any(|h| h == hash),
+            Ok(Some(rec)) => has_key_hash(&rec, hash),
             _ => at < log.min_offset() && offset >= 0,
         };
         if !ok {

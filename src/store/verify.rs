@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::dispatch::ConsumeQueueStore;
-use super::index_check::Keys;
+use super::index_check::has_key_hash;
 use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
@@ -308,7 +308,7 @@ fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Che
                 return true;
             }
             let ok = match log.read(offset.max(0) as u64) {
-                Ok(Some(rec)) => Keys::of(&rec).hashes().any(|h| h == hash),
+                Ok(Some(rec)) => has_key_hash(&rec, hash),
                 _ => false,
             };
             if !ok {
