@@ -194,13 +194,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         from_offset=args.from_offset,
         to_offset=args.to_offset,
     )
-    if args.command == "export":
-        n = export(store, args.out, args.format, sel)
-        result = {"exported": n, "out": str(args.out)}
-    else:
-        with rmq.MessageStore(args.dst, store_config(args)) as dst:
-            n = replay(store, dst, sel, to_topic=args.to_topic)
-        result = {"replayed": n, "dst": str(args.dst)}
+    from rmq._progress import Progress
+
+    total = sum(p.stat().st_size for p in (store / "commitlog").iterdir() if p.is_file())
+    progress = Progress(f"{args.command}ing", total=total)
+    try:
+        if args.command == "export":
+            n = export(store, args.out, args.format, sel, progress=progress)
+            result = {"exported": n, "out": str(args.out)}
+        else:
+            with rmq.MessageStore(args.dst, store_config(args)) as dst:
+                n = replay(store, dst, sel, to_topic=args.to_topic, progress=progress)
+            result = {"replayed": n, "dst": str(args.dst)}
+    finally:
+        progress.close()
     if args.json:
         print_json(result)
     else:

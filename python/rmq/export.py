@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 import rmq
 from rmq import _native
+from rmq._progress import Progress
 from rmq.arrow import arrow_schema, read_split
 
 FORMATS = ("jsonl", "parquet", "csv")
@@ -108,7 +109,11 @@ def commitlog_dir(store: Path) -> Path:
 
 
 def batches(
-    store: str | os.PathLike[str], sel: Selection = Selection(), *, skipped: list[tuple[int, int, str]] | None = None
+    store: str | os.PathLike[str],
+    sel: Selection = Selection(),
+    *,
+    skipped: list[tuple[int, int, str]] | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The selected messages as Arrow record batches (the Spark source's columns), in commitlog order.
     Damage raises `CorruptionError` naming file and offset, unless a `skipped` list is given: then the damaged
@@ -142,8 +147,12 @@ def batches(
             ):
                 mask = _mask(batch, sel)
                 batch = batch if mask is None else batch.filter(mask)
+                if progress is not None:
+                    progress.update(messages=batch.num_rows)
                 if batch.num_rows:
                     yield batch
+            if progress is not None:
+                progress.update(nbytes=end - start)
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -189,6 +198,7 @@ def export(
     sel: Selection = Selection(),
     *,
     skipped: list[tuple[int, int, str]] | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Writes the selected messages of `store` to the file `out` in `fmt` (`jsonl`: one JSON object per message,
     body as `body_base64`, times in ms; `parquet`: the Spark source's schema; `csv`: body base64, properties
@@ -204,7 +214,7 @@ def export(
             import pyarrow.parquet as pq
 
             with pq.ParquetWriter(tmp, arrow_schema()) as writer:
-                for batch in batches(store, sel, skipped=skipped):
+                for batch in batches(store, sel, skipped=skipped, progress=progress):
                     writer.write_batch(batch)
                     count += batch.num_rows
         elif fmt == "csv":
@@ -212,7 +222,7 @@ def export(
 
             writer_csv: pacsv.CSVWriter | None = None
             with open(tmp, "wb") as f:
-                for batch in batches(store, sel, skipped=skipped):
+                for batch in batches(store, sel, skipped=skipped, progress=progress):
                     flat = _flat(batch)
                     if writer_csv is None:
                         writer_csv = pacsv.CSVWriter(f, flat.schema)
@@ -222,7 +232,7 @@ def export(
                     writer_csv.close()
         else:
             with open(tmp, "w", encoding="utf-8") as f:
-                for batch in batches(store, sel, skipped=skipped):
+                for batch in batches(store, sel, skipped=skipped, progress=progress):
                     for row in batch.to_pylist():
                         f.write(json.dumps(_json_row(row), ensure_ascii=False) + "\n")
                     count += batch.num_rows
@@ -239,13 +249,14 @@ def replay(
     *,
     to_topic: str | None = None,
     skipped: list[tuple[int, int, str]] | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Appends the selected messages of the store `src` to `dst` (an open, writable store), in commitlog order:
     same body, queue id, tags, keys, flag, born host and time, reconsume times and user properties (UNIQ_KEY
     included, so message ids stay); the destination gives them new offsets and store times. `to_topic` sends
     them to another topic (a DLQ back to its topic). Returns the number appended."""
     count = 0
-    for batch in batches(src, sel, skipped=skipped):
+    for batch in batches(src, sel, skipped=skipped, progress=progress):
         for row in batch.to_pylist():
             if row["transaction_type"] in ("PREPARED", "ROLLBACK"):
                 continue  # not messages a consumer sees
