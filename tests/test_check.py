@@ -192,13 +192,26 @@ def test_truncation_verdict_counts_what_rocketmq_drops(base: tuple[Path, list[in
     assert (first["offset"], first["kind"]) == (at, "damage") and "4 valid records follow" in first["what"]
 
 
-def test_unreadable_store_exits_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("missing segment", "a segment is missing"),
+        ("stray file", "move this file out of the directory"),
+        ("truncated segment", "it was truncated"),
+    ],
+)
+def test_unreadable_store_exits_2(base: tuple[Path, list[int]], tmp_path: Path, name: str, says: str) -> None:
     root = tmp_path / "s"
-    fill(root)
+    shutil.copytree(base[0], root)
     segs = sorted((root / "commitlog").iterdir())
-    segs[1].unlink()  # a missing segment in the middle
+    if name == "missing segment":
+        segs[1].unlink()
+    elif name == "stray file":
+        (root / "commitlog" / "notes.txt").write_text("mine")
+    else:
+        segs[2].write_bytes(segs[2].read_bytes()[:1000])
     before = snapshot(root)
     code, out, err = run(root)
     assert code == 2, (out, err)
-    assert "a segment is missing" in err and "Traceback" not in err
+    assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert snapshot(root) == before
