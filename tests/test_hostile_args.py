@@ -428,7 +428,50 @@ def _offsets_codec(e: Env, d: Draw) -> object:
     return decode_offsets(d(st.one_of(st.just(text), HOSTILE)))
 
 
+def _open_read_only(e: Env, d: Draw) -> object:
+    """A read-only open of the open store (it takes no lock), with hostile arguments."""
+    kw = kwargs_of(d, read_only=st.booleans(), start_reput=st.booleans())
+    store = rmq.MessageStore(e.root / "store", SMALL, **kw)
+    try:
+        return store.refresh()
+    finally:
+        store.close()
+
+
+def _check_store(e: Env, d: Draw) -> object:
+    from rmq.check import check_store
+
+    config = d(st.one_of(st.just(SMALL), st.none(), HOSTILE))
+    return check_store(d(arg(st.just(str(e.root / "store")))), config)
+
+
+def _index_file_entries(e: Env, d: Draw) -> object:
+    path = str(sorted((e.root / "store" / "index").iterdir())[0])
+    return _native.index_file_entries(d(arg(st.just(path))), d(arg(st.just(64))), d(arg(st.just(256))))
+
+
+def _export_batches(e: Env, d: Draw) -> object:
+    from rmq.export import Selection, batches
+
+    kw = kwargs_of(
+        d,
+        topics=st.lists(TOPIC, max_size=2),
+        queue_id=QID,
+        tag=TEXT,
+        key=TEXT,
+        msg_id=TEXT,
+        grep=st.sampled_from(["m1", "^m", "("]),
+        from_offset=st.integers(0, 5000),
+        to_offset=st.integers(0, 5000),
+    )
+    return list(batches(e.root / "store", Selection(**kw)))
+
+
 CALLS: dict[str, Call] = {
+    "MessageStore(read_only=)": _open_read_only,
+    "check_store": _check_store,
+    "index_file_entries": _index_file_entries,
+    "export.batches": _export_batches,
     "put": _put,
     "put_batch": _put_batch,
     "Message": _message,

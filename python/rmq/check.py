@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rmq import _native
+from rmq._native import ArgumentTypeError
 from rmq.store import StoreConfig
 
 CLEAN, PROBLEMS, UNREADABLE = 0, 1, 2
@@ -26,8 +27,12 @@ def check_store(path: str | os.PathLike[str], config: StoreConfig | None = None)
     """The report as a dict: `clean`, `findings` (each `area`, `kind`, `path`, `offset`, `what`), counts
     (`records`, `record_bytes`, `segments`, `cq_entries`, `index_entries`) and the verdicts
     (`rocketmq_verdict`, `rmq_verdict`). Raises `rmq.RmqError` when the store cannot be read at all."""
-    native = config.to_native() if config is not None else None
-    return _native.check_store(os.fspath(path), native)
+    if config is not None and not isinstance(config, StoreConfig):
+        raise ArgumentTypeError(f"config must be an rmq.StoreConfig or None, got {type(config).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    cfg = config if config is not None else StoreConfig.from_files(path)
+    return _native.check_store(os.fspath(path), cfg.to_native())
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import rmq
-from rmq import _native
+from rmq import _args, _native
 from rmq._progress import Progress
 from rmq.arrow import arrow_schema, read_split
 
@@ -52,14 +52,30 @@ class Selection:
     to_offset: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("queue_id", "from_offset", "to_offset"):
+        if self.topics is not None:
+            if isinstance(self.topics, str | bytes) or not isinstance(self.topics, Sequence):
+                raise rmq.ArgumentTypeError(
+                    f"topics must be a sequence of str or None, got {type(self.topics).__name__}"
+                )
+            object.__setattr__(self, "topics", tuple(_args.text(t, "topics[]") for t in self.topics))
+        if self.queue_id is not None:
+            object.__setattr__(self, "queue_id", _args.queue_id(self.queue_id))
+        for name in ("from_offset", "to_offset"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise rmq.InvalidArgumentError(f"{name} must be an int >= 0, got {v!r}")
+            if v is not None:
+                object.__setattr__(self, name, _args.integer(v, name, 0, 2**63 - 1))
+        for name in ("tag", "key", "msg_id", "grep"):
+            v = getattr(self, name)
+            if v is not None:
+                _args.text(v, name)
+        for name in ("since", "until"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, dt.datetime):
+                raise rmq.ArgumentTypeError(f"{name} must be a datetime or None, got {type(v).__name__}")
         if self.grep is not None:
             try:
                 re.compile(self.grep.encode())
-            except re.error as e:
+            except (re.error, OverflowError, RecursionError) as e:
                 raise rmq.InvalidArgumentError(f"--grep {self.grep!r} is not a regular expression: {e}") from e
 
 
