@@ -375,7 +375,9 @@ impl SplitReader {
                     let Some(n) = header_size(&mut self.w, self.base, at)? else {
                         return Err(self.damage(
                             at,
-                            format!("{why}; splits start at record starts the planner proved, so the file changed since"),
+                            format!(
+                                "{why}; splits start at record starts the planner proved, so the file changed since"
+                            ),
                         ));
                     };
                     if !self.skip_damage {
