@@ -13,6 +13,7 @@ use rmq::columnar::{self, Column, ColumnBatch, RecordFilter, ALL_COLUMNS};
 use rmq::commitlog::cursor::{self, Cursor, Step};
 use rmq::file_queue::FileQueue;
 use rmq::message::decode::CheckOptions;
+use rmq::message::{MAGIC_V1, MAGIC_V2};
 use rmq::store::{MessageStore, PutMessage};
 
 use common::{small_config, SEG};
@@ -362,8 +363,9 @@ fn shaped_bytes(shape: u8, raws: &[Vec<u8>], pick: usize, offset: u64, noise: &[
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
-    /// The contract the split reader relies on: at least 8 bytes, and the whole claimed record when it fits in the
-    /// readable bytes, classify exactly as all of them do, whatever the record, the readable limit and the CRC check.
+    /// The contract the split reader relies on: at least 8 bytes, and behind a message magic code the whole claimed
+    /// record when it fits in the readable bytes, classify exactly as all of them do, whatever the record, the
+    /// readable limit and the CRC check.
     #[test]
     fn a_prefix_holding_the_claimed_record_classifies_as_the_whole(
         shape in any::<u8>(), pick in any::<usize>(), noise in proptest::collection::vec(any::<u8>(), 0..200),
@@ -374,8 +376,9 @@ proptest! {
         let readable = &whole[..(cut as usize % (whole.len() + 1))];
         let to_file_end = whole.len() as u64 + extra_file;
         let opts = CheckOptions { check_crc: crc, force_prop_crc: false };
-        let claimed = readable.get(..4).map_or(0, |b| i32::from_be_bytes(b.try_into().expect("4 bytes")));
-        let need = usize::try_from(claimed).ok().filter(|&n| n <= readable.len()).unwrap_or(0).max(8);
+        let word = |i: usize| readable.get(i..i + 4).map_or(0, |b| i32::from_be_bytes(b.try_into().expect("4 bytes")));
+        let message = [MAGIC_V1, MAGIC_V2].contains(&word(4));
+        let need = usize::try_from(word(0)).ok().filter(|&n| n <= readable.len() && message).unwrap_or(0).max(8);
         let len = (need + extra_prefix).min(readable.len());
         let prefix = &readable[..len];
         let all = format!("{:?}", cursor::classify(readable, offset, to_file_end, opts));

@@ -33,7 +33,7 @@ use crate::commitlog::cursor::{self, Found};
 use crate::error::{Error, Result};
 use crate::file_queue::parse_file_name;
 use crate::message::decode::CheckOptions;
-use crate::message::END_FILE_MIN_BLANK_LENGTH;
+use crate::message::{END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
 
 /// How the newest segment's records are checked, as recovery checks them (`checkCRCOnRecover`).
 const FULL: CheckOptions = CheckOptions { check_crc: true, force_prop_crc: false };
@@ -95,13 +95,17 @@ impl Window {
     }
 }
 
-/// The bytes at `at` for [`cursor::classify`]: at least 8 (when the file has them), and the whole record that
-/// TOTALSIZE claims when it fits in the file, so that they classify as the whole rest of the file would.
+/// The bytes at `at` for [`cursor::classify`]: at least 8 (when the file has them), and, behind a message magic
+/// code, the whole record that TOTALSIZE claims when it fits in the file, so that they classify as the whole rest
+/// of the file would. (Behind any other magic code, a blank's included, the first 8 bytes decide: the blank's
+/// TOTALSIZE, the rest of its segment, is never read.)
 fn record_bytes(w: &mut Window, at: u64) -> Result<&[u8]> {
     let left = w.file_len.saturating_sub(at);
     let head = w.get(at, END_FILE_MIN_BLANK_LENGTH)?;
-    let claimed = head.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, i32::from_be_bytes);
-    let want = u64::try_from(claimed).ok().filter(|&n| n <= left).unwrap_or(0);
+    let word = |i: usize| head.get(i..i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, i32::from_be_bytes);
+    let (claimed, magic) = (word(0), word(4));
+    let want =
+        u64::try_from(claimed).ok().filter(|&n| n <= left && (magic == MAGIC_V1 || magic == MAGIC_V2)).unwrap_or(0);
     w.get(at, (want as usize).max(END_FILE_MIN_BLANK_LENGTH))
 }
 

@@ -133,8 +133,8 @@ pub enum Found {
 /// The rules of the walk over bytes read any way (a mapping, or positioned reads: the Spark reader must not map
 /// a live broker's files). `bytes` are the readable bytes from commitlog offset `offset`, cut at the reader's
 /// limit or the segment end, `to_file_end` the bytes from `offset` to the segment end. A prefix of the readable
-/// bytes gives the same answer as all of them when it holds the whole claimed record (TOTALSIZE, the first 4
-/// bytes) or everything readable.
+/// bytes gives the same answer as all of them when it holds at least 8 bytes and, behind a message magic code,
+/// the whole claimed record (TOTALSIZE, the first 4 bytes) when that fits in the readable bytes.
 pub fn classify(bytes: &[u8], offset: u64, to_file_end: u64, opts: CheckOptions) -> Found {
     let avail = bytes.len() as u64;
     let head_zero = bytes.get(..END_FILE_MIN_BLANK_LENGTH).is_some_and(|h| h.iter().all(|&b| b == 0));
