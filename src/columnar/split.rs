@@ -2,9 +2,8 @@
 //!
 //! Where a task may start. A split starts only at a record start of the real log, proven by the planner:
 //! [`plan_commitlog`] walks every segment's record chain from its first byte, from record to record by TOTALSIZE
-//! (each record's PHYSICALOFFSET must equal its own position), and the split
-//! covering bytes `[k * split_size, (k + 1) * split_size)` starts at the first record of that chain at or after
-//! its first byte. Nothing is inferred from content: a body holding a well-formed record, even one naming the
+//! (each record's PHYSICALOFFSET must equal its own position), and the split covering bytes
+//! `[k * split_size, (k + 1) * split_size)` starts at the first record of that chain at or after its first byte. Nothing is inferred from content: a body holding a well-formed record, even one naming the
 //! very offset it landed at (a producer can predict it: it is the commitlog's end), is never a split start,
 //! because the chain steps over the whole body. The cost is one pass over the headers on the driver.
 //!
@@ -16,10 +15,10 @@
 //! Older segments, which recovery trusts, are walked without the body CRC, and a record there whose fields do
 //! not add up but whose header holds together ([`cursor::header_size`]: magic code, TOTALSIZE, its own
 //! PHYSICALOFFSET) stays in the chain: its reader reports it ([`SplitReader::take_skipped`]); a body with a bad
-//! CRC is read and flagged (`body_crc_ok`). A chain that
-//! breaks anywhere else is damage: [`Error::Corruption`] naming the segment file and the commitlog offset where
-//! the chain broke or, when the caller skips damage, the rest of that segment is left out and reported in
-//! [`SegmentPlan::damage`]. The chain and the damage do not depend on the split size, so neither do the rows.
+//! CRC is read and flagged (`body_crc_ok`). A chain that breaks anywhere else is damage: [`Error::Corruption`]
+//! naming the segment file and the commitlog offset where the chain broke or, when the caller skips damage, the
+//! rest of that segment is left out and reported in [`SegmentPlan::damage`]. The chain and the damage do not
+//! depend on the split size, so neither do the rows.
 //!
 //! Files are read with positioned reads into a window, not mapped: a reader may run against a store a broker
 //! is still writing, and a read never faults.
@@ -126,13 +125,14 @@ fn header_size(w: &mut Window, base: i64, at: u64) -> Result<Option<u64>> {
     Ok(cursor::header_size(w.get(at, cursor::HEADER_HOP_LEN)?, base as u64 + at, left))
 }
 
-/// Why a step that is not a record breaks the chain.
+/// Why a step that is neither a record nor a blank breaks the chain (in the words dispatch and `get_message` use).
 fn broken(found: Found) -> String {
     match found {
         Found::Zero => "bad magic code 0x00000000".into(),
         Found::Partial => "record is truncated".into(),
         Found::Invalid { reason, .. } => reason,
-        Found::Record(_) | Found::Blank => "not a break".into(),
+        Found::Record(_) => "a record".into(),
+        Found::Blank => "the end-of-file blank".into(),
     }
 }
 
@@ -145,29 +145,30 @@ enum ChainEnd {
 }
 
 /// Walks the chain of a segment from its first byte, calling `visit` with each record's position. With `full`
-/// (the newest segment) records are checked as recovery checks them; otherwise a record whose fields do not add
-/// up but whose header holds together ([`cursor::header_size`]) stays in the chain (its reader reports it).
+/// (the newest segment) records are checked as recovery checks them; otherwise the walk steps over every record
+/// whose header holds together ([`cursor::header_size`]), whether or not its other fields add up (its reader
+/// checks them and reports a record that does not), which is the same chain at the cost of reading headers.
 fn walk(w: &mut Window, base: i64, full: bool, mut visit: impl FnMut(u64)) -> Result<ChainEnd> {
     let (mut at, mut prev) = (0u64, None);
     let opts = if full { FULL } else { HEADERS };
     loop {
-        let size = match step(w, base, at, opts)? {
-            Found::Record(h) => h.total_size as u64,
-            Found::Blank => return Ok(ChainEnd::Blank(at)),
-            other => {
-                if let Some(n) = header_size(w, base, at)?.filter(|_| !full) {
-                    visit(at);
-                    prev = Some(at);
-                    at += n;
-                    continue;
+        let hop = if full { None } else { header_size(w, base, at)? };
+        let size = match hop {
+            Some(n) => n,
+            None => match step(w, base, at, opts)? {
+                Found::Record(h) => h.total_size as u64,
+                Found::Blank => return Ok(ChainEnd::Blank(at)),
+                other => {
+                    let why = broken(other);
+                    let reason = match prev {
+                        Some(p) => {
+                            format!("{why} (the record before it starts at commitlog offset {})", base + p as i64)
+                        }
+                        None => why,
+                    };
+                    return Ok(ChainEnd::Broken { at, reason });
                 }
-                let why = broken(other);
-                let reason = match prev {
-                    Some(p) => format!("{why} (the record before it starts at commitlog offset {})", base + p as i64),
-                    None => why,
-                };
-                return Ok(ChainEnd::Broken { at, reason });
-            }
+            },
         };
         visit(at);
         prev = Some(at);
