@@ -1,6 +1,8 @@
 //! Split planning and reading (`src/columnar/split.rs`): splits start at the first record of the chain at or
 //! after every cut, lose and duplicate nothing at any split size, end where the data ends; damage is an error
-//! or skipped with the rest of its segment, the same at every split size; decoding of records one by one.
+//! or skipped with the rest of its segment, the same at every split size; decoding of records one by one. The
+//! reader decides what bytes are by the commitlog cursor's rules: it agrees with the cursor walking the mapped
+//! segment on every position, damaged or not, and the bytes it reads classify as the whole file would.
 
 mod common;
 
@@ -8,6 +10,10 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use rmq::columnar::{self, Column, ColumnBatch, RecordFilter, ALL_COLUMNS};
+use rmq::commitlog::cursor::{self, Cursor, Step};
+use rmq::file_queue::FileQueue;
+use rmq::message::decode::CheckOptions;
+use rmq::message::{MAGIC_V1, MAGIC_V2};
 use rmq::store::{MessageStore, PutMessage};
 
 use common::{small_config, SEG};
@@ -245,4 +251,156 @@ proptest! {
         prop_assert_eq!(strict, read_planned(&commitlog, SEG, false).map_err(|e| e.to_string()));
         prop_assert_eq!(lenient, read_planned(&commitlog, SEG, true).expect("whole segments"));
     }
+}
+
+/// What reading segment `seg` gives, skipping damage at one split per segment: the rows' offsets, the records its
+/// reader left out (offset, length), and where the planner found the chain broken (offset, length).
+type SegmentRead = (Vec<i64>, Vec<(i64, u64)>, Option<(i64, u64)>);
+
+fn read_segment(commitlog: &Path, seg: usize) -> SegmentRead {
+    let mask = columnar::mask_of(&["commitlog_offset"]).expect("mask");
+    let plan = columnar::plan_commitlog(commitlog, SEG, true).expect("skipping damage never fails").remove(seg);
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    if let Some(start) = plan.starts.first() {
+        let mut r = columnar::SplitReader::open(
+            &plan.path,
+            plan.base,
+            *start,
+            plan.data_end,
+            mask,
+            RecordFilter::default(),
+            true,
+        )
+        .expect("split");
+        while let Some(b) = r.next_batch(1000, 1 << 20).expect("batch") {
+            rows.extend(offsets_of(&b));
+        }
+        skipped.extend(r.take_skipped().into_iter().map(|s| (s.offset, s.length)));
+    }
+    (rows, skipped, plan.damage.map(|d| (d.offset, d.length)))
+}
+
+/// The same by the commitlog cursor over the mapped segment: records (the newest segment's checked with the body
+/// CRC, as recovery checks them), an older segment's record whose header holds together stepped over, and
+/// anything else the end of the chain.
+fn walk_segment(commitlog: &Path, seg: usize, newest: bool) -> (SegmentRead, i64) {
+    let queue = FileQueue::load(commitlog, SEG).expect("map");
+    let file = queue.files()[seg].clone();
+    let base = file.start();
+    let opts = CheckOptions { check_crc: newest, force_prop_crc: false };
+    let mut cursor = Cursor::new(&queue, base, base + SEG, opts);
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    let end = loop {
+        match cursor.next() {
+            None => break None,
+            Some(Step::Record(r)) => rows.push(r.offset() as i64),
+            Some(Step::Blank { .. }) => break None,
+            Some(Step::Zero { offset, .. } | Step::Partial { offset, .. } | Step::Invalid { offset, .. }) => {
+                let rest = file.slice((offset - base) as usize, (base + SEG - offset) as usize).expect("bytes");
+                match cursor::header_size(rest, offset, base + SEG - offset).filter(|_| !newest) {
+                    Some(n) => {
+                        skipped.push((offset as i64, n));
+                        cursor.seek(offset + n);
+                    }
+                    None => break Some((offset as i64, base + SEG - offset)),
+                }
+            }
+            Some(Step::Missing { offset }) => panic!("segment {seg} lost at {offset}"),
+        }
+    };
+    ((rows, skipped, end), base as i64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    /// Bytes flipped in any segment: the split reader (positioned reads) and the commitlog cursor over the mapped
+    /// segment agree on every record, every record left out and where the chain breaks. In an older segment the
+    /// break is damage, reported with the rest of the segment; in the newest it is the end of the data or damage.
+    #[test]
+    fn the_split_reader_follows_the_commitlog_cursor(
+        flips in proptest::collection::vec((0usize..SEG as usize, any::<u8>()), 1..6), seg in 0usize..8,
+    ) {
+        let dir = tempfile::tempdir().expect("tmp");
+        trap_store(dir.path());
+        let segs = segments(dir.path());
+        let seg = seg.min(segs.len() - 1);
+        let newest = seg == segs.len() - 1;
+        let mut bytes = std::fs::read(&segs[seg].0).expect("read");
+        for (at, v) in flips {
+            bytes[at] ^= v | 1;
+        }
+        std::fs::write(&segs[seg].0, &bytes).expect("write");
+        let commitlog = dir.path().join("commitlog");
+        let (want, base) = walk_segment(&commitlog, seg, newest);
+        let (rows, skipped, damage) = read_segment(&commitlog, seg);
+        prop_assert_eq!(&rows, &want.0);
+        prop_assert_eq!(&skipped, &want.1);
+        match (damage, want.2) {
+            (Some(d), Some(end)) => prop_assert_eq!(d, end),
+            // The newest segment's chain ends where its data ends: nothing reported, no row after it.
+            (None, Some((at, _))) => prop_assert!(newest && rows.iter().all(|r| *r < at) && at > base),
+            (d, end) => prop_assert_eq!(d, end),
+        }
+    }
+}
+
+/// A valid record at `offset`, or (for the other shapes) bytes that hold one with its fields changed.
+fn shaped_bytes(shape: u8, raws: &[Vec<u8>], pick: usize, offset: u64, noise: &[u8]) -> Vec<u8> {
+    let mut rec = raws[pick % raws.len()].clone();
+    let len = rec.len() as i32;
+    rec[28..36].copy_from_slice(&(offset as i64).to_be_bytes());
+    match shape % 6 {
+        0 => {}
+        1 => rec[..4].copy_from_slice(&(len + noise.len() as i32 / 2).to_be_bytes()),
+        2 => rec[..4].copy_from_slice(&(len - 24).to_be_bytes()),
+        3 => rec[..8].copy_from_slice(&[0; 8]),
+        4 => rec[4..8].copy_from_slice(&0xCBD4_3194_u32.to_be_bytes()), // a blank
+        _ => return noise.to_vec(),
+    }
+    rec.extend_from_slice(noise);
+    rec
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    /// The contract the split reader relies on: at least 8 bytes, and behind a message magic code the whole claimed
+    /// record when it fits in the readable bytes, classify exactly as all of them do, whatever the record, the
+    /// readable limit and the CRC check.
+    #[test]
+    fn a_prefix_holding_the_claimed_record_classifies_as_the_whole(
+        shape in any::<u8>(), pick in any::<usize>(), noise in proptest::collection::vec(any::<u8>(), 0..200),
+        cut in any::<u16>(), extra_file in 0u64..300, extra_prefix in prop_oneof![Just(0usize), 0usize..64], crc in any::<bool>(),
+    ) {
+        let offset = 4096 * 3 + 20;
+        let whole = shaped_bytes(shape, some_records(), pick, offset, &noise);
+        let readable = &whole[..(cut as usize % (whole.len() + 1))];
+        let to_file_end = whole.len() as u64 + extra_file;
+        let opts = CheckOptions { check_crc: crc, force_prop_crc: false };
+        let word = |i: usize| readable.get(i..i + 4).map_or(0, |b| i32::from_be_bytes(b.try_into().expect("4 bytes")));
+        let message = [MAGIC_V1, MAGIC_V2].contains(&word(4));
+        let need = usize::try_from(word(0)).ok().filter(|&n| n <= readable.len() && message).unwrap_or(0).max(8);
+        let len = (need + extra_prefix).min(readable.len());
+        let prefix = &readable[..len];
+        let all = format!("{:?}", cursor::classify(readable, offset, to_file_end, opts));
+        prop_assert_eq!(format!("{:?}", cursor::classify(prefix, offset, to_file_end, opts)), all);
+    }
+}
+
+/// A few records of different shapes (v1 and v2 topics, bodies of 0 to 200 bytes), written once per test run.
+fn some_records() -> &'static [Vec<u8>] {
+    static RECORDS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    RECORDS.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = MessageStore::open(dir.path(), small_config()).expect("open");
+        let raws = (0..8u32)
+            .map(|i| {
+                let topic = if i % 4 == 0 { format!("%RETRY%{}", "g".repeat(150)) } else { format!("T{i}") };
+                let body = vec![b'a' + i as u8; (i as usize * 37) % 200];
+                let r = store.put(&PutMessage { keys: Some("k"), ..PutMessage::new(&topic, 0, &body) }).expect("put");
+                store.read(r.offsets[0]).expect("read").expect("record").bytes().to_vec()
+            })
+            .collect();
+        store.close().expect("close");
+        raws
+    })
 }

@@ -1,22 +1,24 @@
 //! Splits of a commitlog for parallel reading, and the reader of one split.
 //!
 //! Where a task may start. A split starts only at a record start of the real log, proven by the planner:
-//! [`plan_commitlog`] walks every segment's record chain from its first byte, hopping from header to header
-//! (TOTALSIZE, MAGICCODE, and PHYSICALOFFSET, which must equal the record's own position), and the split
-//! covering bytes `[k * split_size, (k + 1) * split_size)` starts at the first record of that chain at or after
-//! its first byte. Nothing is inferred from content: a body holding a well-formed record, even one naming the
+//! [`plan_commitlog`] walks every segment's record chain from its first byte, from record to record by TOTALSIZE
+//! (each record's PHYSICALOFFSET must equal its own position), and the split covering bytes
+//! `[k * split_size, (k + 1) * split_size)` starts at the first record of that chain at or after its first byte. Nothing is inferred from content: a body holding a well-formed record, even one naming the
 //! very offset it landed at (a producer can predict it: it is the commitlog's end), is never a split start,
 //! because the chain steps over the whole body. The cost is one pass over the headers on the driver.
 //!
-//! Validation follows recovery (`CommitLog::find_end`): the newest segment that starts with a record is
-//! validated in full (every length, the body CRC, the offset) up to the end of the data, which is where its
-//! chain stops on zeros or on a torn write (bytes after it that hold no valid record). Older segments, which
-//! recovery trusts, are walked by their headers, and every record is checked in full by the task that reads
-//! it. A chain that breaks anywhere else is damage: [`Error::Corruption`] naming the segment file and the
-//! commitlog offset where the chain broke or, when the caller skips damage, the rest of that segment is left
-//! out and reported in [`SegmentPlan::damage`]. A record that is in the chain but whose fields do not add up
-//! is reported by its reader the same way ([`SplitReader::take_skipped`]). The chain and the damage do not depend on
-//! the split size, so neither do the rows.
+//! What the bytes at a position are is decided by the commitlog cursor's rules ([`cursor::classify`]), the
+//! ones recovery, dispatch and `get_message` use, applied to bytes read here with positioned reads. Validation
+//! follows recovery: the newest segment that starts with a record is validated in full (every length, the body
+//! CRC, the offset, a blank that fills the rest of the file) up to the end of the data, which is where its chain
+//! stops on zeros or on a torn write (bytes after it that hold no record that [`cursor::validates_completely`]).
+//! Older segments, which recovery trusts, are walked without the body CRC, and a record there whose fields do
+//! not add up but whose header holds together ([`cursor::header_size`]: magic code, TOTALSIZE, its own
+//! PHYSICALOFFSET) stays in the chain: its reader reports it ([`SplitReader::take_skipped`]); a body with a bad
+//! CRC is read and flagged (`body_crc_ok`). A chain that breaks anywhere else is damage: [`Error::Corruption`]
+//! naming the segment file and the commitlog offset where the chain broke or, when the caller skips damage, the
+//! rest of that segment is left out and reported in [`SegmentPlan::damage`]. The chain and the damage do not
+//! depend on the split size, so neither do the rows.
 //!
 //! Files are read with positioned reads into a window, not mapped: a reader may run against a store a broker
 //! is still writing, and a read never faults.
@@ -26,14 +28,16 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::{ColumnBatch, ColumnMask, RecordFilter};
+use crate::commitlog::cursor::{self, Found};
 use crate::error::{Error, Result};
 use crate::file_queue::parse_file_name;
-use crate::message::decode::{check_record, CheckOptions, RecordCheck};
-use crate::message::{pos, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
+use crate::message::decode::CheckOptions;
+use crate::message::{END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
 
-/// Bytes a header hop reads: TOTALSIZE | MAGICCODE | BODYCRC | QUEUEID | FLAG | QUEUEOFFSET | PHYSICALOFFSET.
-const HOP_LEN: usize = pos::PHYSICAL_OFFSET + 8;
-const _: () = assert!(HOP_LEN == 36);
+/// How the newest segment's records are checked, as recovery checks them (`checkCRCOnRecover`).
+const FULL: CheckOptions = CheckOptions { check_crc: true, force_prop_crc: false };
+/// How older segments' records are checked: every length and the offset; a bad body CRC is a flag on the row.
+const HEADERS: CheckOptions = CheckOptions { check_crc: false, force_prop_crc: false };
 
 /// Bytes after the end of the data that tell a clean end (zeros) from a torn or corrupt tail, as recovery checks.
 const CLEAN_END_WINDOW: usize = 64 << 10;
@@ -90,61 +94,46 @@ impl Window {
     }
 }
 
-/// What one step of the chain walk finds at a position.
-enum Step {
-    /// A record of this many bytes.
-    Record(u64),
-    /// The end-of-file blank (or fewer bytes left than a blank takes): the segment's records end here.
-    Blank,
-    /// No record, and why.
-    Broken(String),
+/// The bytes at `at` for [`cursor::classify`]: at least 8 (when the file has them), and, behind a message magic
+/// code, the whole record that TOTALSIZE claims when it fits in the file, so that they classify as the whole rest
+/// of the file would. (Behind any other magic code, a blank's included, the first 8 bytes decide: the blank's
+/// TOTALSIZE, the rest of its segment, is never read.)
+fn record_bytes(w: &mut Window, at: u64) -> Result<&[u8]> {
+    let left = w.file_len.saturating_sub(at);
+    let head = w.get(at, END_FILE_MIN_BLANK_LENGTH)?;
+    let word = |i: usize| head.get(i..i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, i32::from_be_bytes);
+    let (claimed, magic) = (word(0), word(4));
+    let want =
+        u64::try_from(claimed).ok().filter(|&n| n <= left && (magic == MAGIC_V1 || magic == MAGIC_V2)).unwrap_or(0);
+    w.get(at, (want as usize).max(END_FILE_MIN_BLANK_LENGTH))
 }
 
-/// One step of the record chain: what is at `at` of the segment starting at commitlog offset `base`. With
-/// `full`, a record is validated as recovery validates the newest segment (every length, the body CRC, a blank
-/// that fills the rest of the file); otherwise by its header (size within the segment, magic code,
-/// PHYSICALOFFSET). This is the one place that decides what the walk accepts.
-fn step(w: &mut Window, base: i64, at: u64, full: bool) -> Result<Step> {
+/// One step of the record chain: what is at `at` of the segment starting at commitlog offset `base`, by the
+/// cursor's rules with `opts`. Fewer bytes left than a blank takes end the segment's records, as a blank does.
+fn step(w: &mut Window, base: i64, at: u64, opts: CheckOptions) -> Result<Found> {
     let left = w.file_len.saturating_sub(at);
     if left < END_FILE_MIN_BLANK_LENGTH as u64 {
-        return Ok(Step::Blank);
+        return Ok(Found::Blank);
     }
-    let head = w.get(at, HOP_LEN)?;
-    let word = |i: usize| head.get(i..i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(i32::from_be_bytes);
-    let (Some(total), Some(magic)) = (word(pos::TOTAL_SIZE), word(pos::MAGIC)) else {
-        return Ok(Step::Broken("the record header is cut off by the end of the file".into()));
-    };
-    if magic == BLANK_MAGIC {
-        if full && u64::try_from(total).ok() != Some(left) {
-            return Ok(Step::Broken(format!("the blank filler claims {total} bytes, {left} remain")));
-        }
-        return Ok(Step::Blank);
+    let bytes = record_bytes(w, at)?;
+    Ok(cursor::classify(bytes, base as u64 + at, left, opts))
+}
+
+/// The size of the record at `at` when its header holds together ([`cursor::header_size`]).
+fn header_size(w: &mut Window, base: i64, at: u64) -> Result<Option<u64>> {
+    let left = w.file_len.saturating_sub(at);
+    Ok(cursor::header_size(w.get(at, cursor::HEADER_HOP_LEN)?, base as u64 + at, left))
+}
+
+/// Why a step that is neither a record nor a blank breaks the chain (in the words dispatch and `get_message` use).
+fn broken(found: Found) -> String {
+    match found {
+        Found::Zero => "bad magic code 0x00000000".into(),
+        Found::Partial => "record is truncated".into(),
+        Found::Invalid { reason, .. } => reason,
+        Found::Record(_) => "a record".into(),
+        Found::Blank => "the end-of-file blank".into(),
     }
-    if magic != MAGIC_V1 && magic != MAGIC_V2 {
-        return Ok(Step::Broken(format!("bad magic code 0x{:08X}", magic as u32)));
-    }
-    let size = match u64::try_from(total) {
-        Ok(n) if n >= HOP_LEN as u64 && n <= left => n,
-        _ => return Ok(Step::Broken(format!("TOTALSIZE {total} does not fit the {left} bytes left in the segment"))),
-    };
-    let stored =
-        head.get(pos::PHYSICAL_OFFSET..HOP_LEN).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes);
-    let here = base + at as i64;
-    match stored {
-        Some(s) if s == here => {}
-        Some(s) => return Ok(Step::Broken(format!("the record there names commitlog offset {s} instead of its own"))),
-        None => return Ok(Step::Broken("the record header is cut off by the end of the file".into())),
-    }
-    if full {
-        let bytes = w.get(at, size as usize)?;
-        let record = bytes.get(..size as usize).unwrap_or_default();
-        match check_record(record, CheckOptions { check_crc: true, force_prop_crc: false }) {
-            RecordCheck::Message(h) if h.total_size as u64 == size => {}
-            RecordCheck::Invalid { reason, .. } => return Ok(Step::Broken(reason.to_string())),
-            _ => return Ok(Step::Broken("not a whole record".into())),
-        }
-    }
-    Ok(Step::Record(size))
 }
 
 /// Where a segment's chain ends.
@@ -155,46 +144,57 @@ enum ChainEnd {
     Broken { at: u64, reason: String },
 }
 
-/// Walks the chain of a segment from its first byte, calling `visit` with each record's position.
+/// Walks the chain of a segment from its first byte, calling `visit` with each record's position. With `full`
+/// (the newest segment) records are checked as recovery checks them; otherwise the walk steps over every record
+/// whose header holds together ([`cursor::header_size`]), whether or not its other fields add up (its reader
+/// checks them and reports a record that does not), which is the same chain at the cost of reading headers.
 fn walk(w: &mut Window, base: i64, full: bool, mut visit: impl FnMut(u64)) -> Result<ChainEnd> {
     let (mut at, mut prev) = (0u64, None);
+    let opts = if full { FULL } else { HEADERS };
     loop {
-        match step(w, base, at, full)? {
-            Step::Record(size) => {
-                visit(at);
-                prev = Some(at);
-                at += size;
-            }
-            Step::Blank => return Ok(ChainEnd::Blank(at)),
-            Step::Broken(why) => {
-                let reason = match prev {
-                    Some(p) => format!("{why} (the record before it starts at commitlog offset {})", base + p as i64),
-                    None => why,
-                };
-                return Ok(ChainEnd::Broken { at, reason });
-            }
-        }
+        let hop = if full { None } else { header_size(w, base, at)? };
+        let size = match hop {
+            Some(n) => n,
+            None => match step(w, base, at, opts)? {
+                Found::Record(h) => h.total_size as u64,
+                Found::Blank => return Ok(ChainEnd::Blank(at)),
+                other => {
+                    let why = broken(other);
+                    let reason = match prev {
+                        Some(p) => {
+                            format!("{why} (the record before it starts at commitlog offset {})", base + p as i64)
+                        }
+                        None => why,
+                    };
+                    return Ok(ChainEnd::Broken { at, reason });
+                }
+            },
+        };
+        visit(at);
+        prev = Some(at);
+        at += size;
     }
 }
 
-/// The first whole record (body CRC good, at its own offset) at or after `from`, unless the bytes from `from`
-/// start with a window of zeros (a clean end). This is how recovery tells a torn tail (no record follows) from
-/// damage in the middle of the data (one does).
+/// The first record at or after `from` that [`cursor::validates_completely`], unless the bytes from `from` start
+/// with a window of zeros (a clean end). This is how recovery tells a torn tail (no record follows) from damage
+/// in the middle of the data (one does).
 fn valid_record_after(w: &mut Window, base: i64, from: u64) -> Result<Option<u64>> {
     if w.get(from, CLEAN_END_WINDOW)?.iter().take(CLEAN_END_WINDOW).all(|b| *b == 0) {
         return Ok(None);
     }
-    let magics = [MAGIC_V1.to_be_bytes(), MAGIC_V2.to_be_bytes()];
     let mut p = from;
     while p + END_FILE_MIN_BLANK_LENGTH as u64 <= w.file_len {
         let chunk = w.get(p, CHUNK)?;
         let n = chunk.len();
-        let candidates: Vec<u64> = (0..n.saturating_sub(7))
-            .filter(|i| chunk.get(i + 4..i + 8).is_some_and(|m| magics.iter().any(|v| v == m)))
-            .map(|i| p + i as u64)
-            .collect();
+        let mut candidates = Vec::new();
+        let mut q = 0;
+        while let Some(c) = cursor::next_candidate(chunk, q) {
+            candidates.push(p + c as u64);
+            q = c + 1;
+        }
         for c in candidates {
-            if let Step::Record(_) = step(w, base, c, true)? {
+            if cursor::validates_completely(record_bytes(w, c)?, base as u64 + c, false) {
                 return Ok(Some(c));
             }
         }
@@ -260,7 +260,7 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
     let mut last = None;
     for (i, (path, base)) in segs.iter().enumerate().rev() {
         let mut w = Window::open(path)?;
-        if matches!(step(&mut w, *base, 0, true)?, Step::Record(_)) {
+        if matches!(step(&mut w, *base, 0, FULL)?, Found::Record(_)) {
             last = Some(i);
             break;
         }
@@ -361,36 +361,37 @@ impl SplitReader {
                 break;
             }
             let at = self.pos;
-            let size = match step(&mut self.w, self.base, at, false)? {
-                Step::Record(size) => size,
-                Step::Blank => {
-                    self.done = true;
-                    break;
-                }
-                Step::Broken(why) => {
-                    return Err(self.damage(
-                        at,
-                        format!("{why}; splits start at record starts the planner proved, so the file changed since"),
-                    ));
-                }
-            };
-            let record = self.w.get(at, size as usize)?.get(..size as usize).unwrap_or_default();
-            match check_record(record, CheckOptions::default()) {
-                RecordCheck::Message(h) if h.total_size as u64 == size => {
+            let size = match step(&mut self.w, self.base, at, HEADERS)? {
+                Found::Record(h) => {
+                    let size = h.total_size as u64;
+                    let record = self.w.get(at, size as usize)?.get(..size as usize).unwrap_or_default();
                     if self.filter.keeps(record, &h) {
                         batch.push_record(record, &h);
                     }
+                    size
                 }
-                RecordCheck::Invalid { reason, .. } if self.skip_damage => {
-                    self.skipped.push(Skipped {
-                        offset: self.base + at as i64,
-                        length: size,
-                        reason: reason.to_string(),
-                    });
+                Found::Blank => {
+                    self.done = true;
+                    break;
                 }
-                RecordCheck::Invalid { reason, .. } => return Err(self.damage(at, reason.to_string())),
-                _ => return Err(self.damage(at, "not a whole record".into())),
-            }
+                other => {
+                    let why = broken(other);
+                    // A record of the chain whose other fields do not add up: the planner kept it by its size.
+                    let Some(n) = header_size(&mut self.w, self.base, at)? else {
+                        return Err(self.damage(
+                            at,
+                            format!(
+                                "{why}; splits start at record starts the planner proved, so the file changed since"
+                            ),
+                        ));
+                    };
+                    if !self.skip_damage {
+                        return Err(self.damage(at, why));
+                    }
+                    self.skipped.push(Skipped { offset: self.base + at as i64, length: n, reason: why });
+                    n
+                }
+            };
             self.pos += size;
         }
         if batch.rows == 0 && self.done {

@@ -11,13 +11,18 @@
 //!
 //! A position closer than 8 bytes to its segment's end holds nothing (RocketMQ rolls there), and the cursor
 //! steps to the next segment silently.
+//!
+//! The rules themselves are [`classify`], over bytes however they were read: [`at`] applies them to a mapped
+//! segment, the Spark reader (`columnar::split`) to bytes it reads with positioned reads. Where a reader may go on
+//! after damaged bytes is [`validates_completely`], searched for by [`find_valid_record`] and by the Spark reader;
+//! a walk over a segment it trusts steps over a record whose header holds together by [`header_size`].
 
 use std::sync::Arc;
 
 use crate::file_queue::FileQueue;
 use crate::message::decode::{check_record, property_crc_ok, CheckOptions, Invalid, RecordCheck};
 use crate::message::properties::{self, keys};
-use crate::message::{END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
+use crate::message::{pos, RecordHeader, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
 use crate::mmap::MappedFile;
 
 use super::Record;
@@ -99,40 +104,83 @@ impl<'a> Cursor<'a> {
 /// What the bytes at `offset` of `file` are, reading no further than `limit`.
 pub fn at(file: &Arc<MappedFile>, offset: u64, limit: u64, opts: CheckOptions) -> Step {
     let pos = (offset - file.start()) as usize;
-    let to_file_end = (file.end() - offset) as usize;
     let avail = (file.end().min(limit).max(offset) - offset) as usize;
     let bytes = file.slice(pos, avail).unwrap_or_default();
-    let head_zero = file.slice(pos, END_FILE_MIN_BLANK_LENGTH).is_some_and(|h| h.iter().all(|&b| b == 0));
-    if head_zero && avail >= END_FILE_MIN_BLANK_LENGTH {
-        return Step::Zero { offset, file: file.clone() };
+    match classify(bytes, offset, file.end() - offset, opts) {
+        Found::Record(header) => Step::Record(Record { file: file.clone(), pos, header }),
+        Found::Blank => Step::Blank { offset },
+        Found::Zero => Step::Zero { offset, file: file.clone() },
+        Found::Partial => Step::Partial { offset, file: file.clone() },
+        Found::Invalid { reason, size } => Step::Invalid { offset, file: file.clone(), reason, size },
+    }
+}
+
+/// What [`classify`] found: a [`Step`] without the segment it was read from.
+#[derive(Debug, Clone)]
+pub enum Found {
+    /// A valid record whose stored PHYSICALOFFSET is its own.
+    Record(RecordHeader),
+    /// The end-of-file blank, filling the rest of the segment.
+    Blank,
+    /// 8 zero bytes.
+    Zero,
+    /// A record that runs past the readable bytes but not past its segment.
+    Partial,
+    /// Anything else; `size` as in [`Step::Invalid`].
+    Invalid { reason: String, size: Option<i32> },
+}
+
+/// The rules of the walk over bytes read any way (a mapping, or positioned reads: the Spark reader must not map
+/// a live broker's files). `bytes` are the readable bytes from commitlog offset `offset`, cut at the reader's
+/// limit or the segment end, `to_file_end` the bytes from `offset` to the segment end. A prefix of the readable
+/// bytes gives the same answer as all of them when it holds at least 8 bytes and, behind a message magic code,
+/// the whole claimed record (TOTALSIZE, the first 4 bytes) when that fits in the readable bytes.
+pub fn classify(bytes: &[u8], offset: u64, to_file_end: u64, opts: CheckOptions) -> Found {
+    let avail = bytes.len() as u64;
+    let head_zero = bytes.get(..END_FILE_MIN_BLANK_LENGTH).is_some_and(|h| h.iter().all(|&b| b == 0));
+    if head_zero {
+        return Found::Zero;
     }
     match check_record(bytes, opts) {
-        RecordCheck::Message(header) if header.physical_offset == offset as i64 => {
-            Step::Record(Record { file: file.clone(), pos, header })
-        }
-        RecordCheck::Message(h) => Step::Invalid {
-            offset,
-            file: file.clone(),
+        RecordCheck::Message(header) if header.physical_offset == offset as i64 => Found::Record(header),
+        RecordCheck::Message(h) => Found::Invalid {
             reason: format!("the record here claims offset {}", h.physical_offset),
             size: Some(h.total_size),
         },
-        RecordCheck::Blank { size } if usize::try_from(size).ok() == Some(to_file_end) => Step::Blank { offset },
-        RecordCheck::Blank { size } => Step::Invalid {
-            offset,
-            file: file.clone(),
+        RecordCheck::Blank { size } if u64::try_from(size).ok() == Some(to_file_end) => Found::Blank,
+        RecordCheck::Blank { size } => Found::Invalid {
             reason: format!("an end-of-file blank claims {size} bytes where {to_file_end} remain"),
             size: None,
         },
         // A record that ends past the limit but inside its segment may still be being written.
         RecordCheck::Invalid { reason: Invalid::Truncated, .. }
-            if avail < to_file_end && claimed_size(bytes).is_some_and(|n| n > avail && n <= to_file_end) =>
+            if avail < to_file_end
+                && claimed_size(bytes).is_some_and(|n| n as u64 > avail && n as u64 <= to_file_end) =>
         {
-            Step::Partial { offset, file: file.clone() }
+            Found::Partial
         }
-        RecordCheck::Invalid { reason, size } => {
-            Step::Invalid { offset, file: file.clone(), reason: reason.to_string(), size }
-        }
+        RecordCheck::Invalid { reason, size } => Found::Invalid { reason: reason.to_string(), size },
     }
+}
+
+/// Bytes of a record header that [`header_size`] reads: TOTALSIZE | MAGICCODE | BODYCRC | QUEUEID | FLAG |
+/// QUEUEOFFSET | PHYSICALOFFSET.
+pub const HEADER_HOP_LEN: usize = pos::PHYSICAL_OFFSET + 8;
+const _: () = assert!(HEADER_HOP_LEN == 36);
+
+/// TOTALSIZE of the record at the start of `bytes` (commitlog offset `offset`, `to_file_end` bytes before its
+/// segment ends) when its header holds together, whatever its other fields say: a message magic code, a TOTALSIZE
+/// that covers the header and fits in the segment, and a PHYSICALOFFSET naming its own offset. A walk over a
+/// segment it trusts (an older one, whose records are checked one by one when they are read) steps over such a
+/// record by its size instead of ending there, and whoever reads the record reports it.
+pub fn header_size(bytes: &[u8], offset: u64, to_file_end: u64) -> Option<u64> {
+    let head = bytes.get(..HEADER_HOP_LEN)?;
+    let word = |i: usize| head.get(i..i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(i32::from_be_bytes);
+    let magic = word(pos::MAGIC)?;
+    let stored = head.get(pos::PHYSICAL_OFFSET..).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes)?;
+    let size = u64::try_from(word(pos::TOTAL_SIZE)?).ok()?;
+    let fits = size >= HEADER_HOP_LEN as u64 && size <= to_file_end;
+    ((magic == MAGIC_V1 || magic == MAGIC_V2) && fits && stored == offset as i64).then_some(size)
 }
 
 /// TOTALSIZE at the start of `bytes`, when it is there and positive.
@@ -145,8 +193,6 @@ fn claimed_size(bytes: &[u8]) -> Option<usize> {
 /// completely and names its own offset: body CRC, and the `__CRC32#` property when it has one (always when
 /// `require_prop_crc`).
 pub fn find_valid_record(queue: &FileQueue, from: u64, limit: u64, require_prop_crc: bool) -> Option<u64> {
-    let opts = CheckOptions { check_crc: true, force_prop_crc: false };
-    let magics = [MAGIC_V1.to_be_bytes(), MAGIC_V2.to_be_bytes()];
     let mut at_offset = from;
     while at_offset < limit {
         let file = queue.find(at_offset).or_else(|| queue.files().into_iter().find(|f| f.start() > at_offset))?;
@@ -156,27 +202,37 @@ pub fn find_valid_record(queue: &FileQueue, from: u64, limit: u64, require_prop_
         let bytes = file.slice(0, (end - base) as usize).unwrap_or_default();
         let mut q = (start - base) as usize;
         while q + 8 <= bytes.len() {
-            // Candidates are found by their magic code at q + 4.
-            match memchr_magic(bytes, q + 4, &magics) {
+            match next_candidate(bytes, q) {
                 None => break,
-                Some(m) => q = m - 4,
+                Some(c) => q = c,
             }
-            if let Some(rest) = bytes.get(q..) {
-                if let RecordCheck::Message(h) = check_record(rest, opts) {
-                    let record = rest.get(..h.total_size as usize).unwrap_or_default();
-                    let has_prop_crc = properties::get_raw(h.properties(record), keys::CRC32).is_some();
-                    if h.physical_offset == (base + q as u64) as i64
-                        && (!(has_prop_crc || require_prop_crc) || property_crc_ok(record, &h))
-                    {
-                        return Some(base + q as u64);
-                    }
-                }
+            if bytes.get(q..).is_some_and(|rest| validates_completely(rest, base + q as u64, require_prop_crc)) {
+                return Some(base + q as u64);
             }
             q += 1;
         }
         at_offset = file.end();
     }
     None
+}
+
+/// Whether the record at the start of `bytes` (which may run on past it), at commitlog offset `offset`,
+/// validates completely and names its own offset: lengths, body CRC, and the `__CRC32#` property when it has one
+/// (always when `require_prop_crc`). Where a reader may go on after damaged bytes.
+pub fn validates_completely(bytes: &[u8], offset: u64, require_prop_crc: bool) -> bool {
+    let RecordCheck::Message(h) = check_record(bytes, CheckOptions { check_crc: true, force_prop_crc: false }) else {
+        return false;
+    };
+    let record = bytes.get(..h.total_size as usize).unwrap_or_default();
+    let has_prop_crc = properties::get_raw(h.properties(record), keys::CRC32).is_some();
+    h.physical_offset == offset as i64 && (!(has_prop_crc || require_prop_crc) || property_crc_ok(record, &h))
+}
+
+/// The first position `q >= from` whose bytes `q + 4..q + 8` are a message magic code: a candidate record start
+/// for [`validates_completely`].
+pub fn next_candidate(bytes: &[u8], from: usize) -> Option<usize> {
+    let magics = [MAGIC_V1.to_be_bytes(), MAGIC_V2.to_be_bytes()];
+    memchr_magic(bytes, from.checked_add(4)?, &magics).map(|m| m - 4)
 }
 
 /// The first position `p >= from` (p ≥ 4) where `bytes[p..p + 4]` is one of `magics`.
