@@ -32,6 +32,8 @@
 
 use crate::java::hash_map_order;
 
+pub mod journal;
+
 /// `TOPIC_GROUP_SEPARATOR`: table keys are `topic@group`.
 pub const TOPIC_GROUP_SEPARATOR: char = '@';
 
@@ -193,8 +195,8 @@ pub fn encode(table: &[(String, QueueOffsets)], version: &DataVersion) -> String
 #[derive(Debug)]
 enum Value {
     Object(Vec<(Key, Value)>),
-    Array,
-    Str,
+    Array(Vec<Value>),
+    Str(Result<String, String>),
     Number(String),
     Bool,
     Null,
@@ -279,23 +281,24 @@ impl<'a> Parser<'a> {
             }
             Some(b'[') => {
                 self.pos += 1;
+                let mut items = Vec::new();
                 if self.peek() == Some(b']') {
                     self.pos += 1;
-                    return Ok(Value::Array);
+                    return Ok(Value::Array(items));
                 }
                 loop {
-                    self.value(depth + 1)?; // arrays (groupTopicMap) are checked for syntax, not kept
+                    items.push(self.value(depth + 1)?);
                     match self.peek() {
                         Some(b',') => self.pos += 1,
                         Some(b']') => {
                             self.pos += 1;
-                            return Ok(Value::Array);
+                            return Ok(Value::Array(items));
                         }
                         _ => return self.error("expected ',' or ']'"),
                     }
                 }
             }
-            Some(b'"') => self.string().map(|_| Value::Str),
+            Some(b'"') => self.string().map(Value::Str),
             Some(b'-' | b'0'..=b'9') => Ok(Value::Number(self.number()?)),
             Some(b't') => self.word("true").map(|_| Value::Bool),
             Some(b'f') => self.word("false").map(|_| Value::Bool),
@@ -429,8 +432,8 @@ fn as_long(v: &Value) -> Result<i64, String> {
 fn describe(v: &Value) -> &'static str {
     match v {
         Value::Object(_) => "an object",
-        Value::Array => "an array",
-        Value::Str => "a string",
+        Value::Array(_) => "an array",
+        Value::Str(_) => "a string",
         Value::Number(_) => "a number",
         Value::Bool => "a boolean",
         Value::Null => "null",

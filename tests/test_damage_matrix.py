@@ -265,8 +265,7 @@ KINDS = [
 # guards everything else: a case outside this list that ends badly fails the test. Each entry is open work:
 # - index slots or entries damaged, or an index file deleted: keys become unfindable and nothing reports it
 #   (opening checks index headers and sizes only; entry-level checks belong with `rmq check`, issue 16);
-# - the first consume-queue file deleted: indistinguishable from retention without scanning the commitlog;
-# - a flipped byte in the offsets journal: its lines carry no checksum, so a damaged number still parses.
+# - the first consume-queue file deleted: indistinguishable from retention without scanning the commitlog.
 KNOWN_BAD: dict[str, set[str]] = {
     "index file": {
         f"index file: {f} file, {part}, {how}"
@@ -276,7 +275,6 @@ KNOWN_BAD: dict[str, set[str]] = {
     }
     | {"index file: first file, file, delete"},
     "consume queue": {"consume queue: first file, file, delete"},
-    "consumerOffset.json.journal": {f"consumerOffset.json.journal: {w}, flip" for w in ("start", "middle", "end")},
 }
 
 

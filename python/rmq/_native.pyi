@@ -407,3 +407,10 @@ def decode_offsets(
 def salvage_offsets(
     data: bytes,
 ) -> tuple[dict[str, dict[int, int]], tuple[int, int, int], list[tuple[str | None, str]]]: ...
+
+OFFSETS_JOURNAL_HEADER: bytes
+
+def encode_journal_entry(snapshot: int, group: str, topic: str, queue_id: int, offset: int) -> bytes: ...
+def decode_journal(
+    data: bytes,
+) -> tuple[list[tuple[int, str, str, int, int]], list[tuple[int, int, bool, str]], int]: ...

@@ -20,7 +20,6 @@ wins over the committed one; committing a smaller offset is allowed (consumers m
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -77,11 +76,12 @@ class DataVersion:
 @dataclass(frozen=True)
 class OffsetIssue:
     """Something `load()` left out: which file, which `topic@group` entry (None for the file as a whole or a
-    journal line), and why."""
+    journal line), why, and where (the byte offset of a journal line; None otherwise)."""
 
     file: str
     key: str | None
     reason: str
+    offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,22 +170,6 @@ def _check_lookup(group: object, topic: object) -> tuple[str, str]:
     return _args.text(group, "group"), _args.text(topic, "topic")
 
 
-def _journal_entry(line: bytes) -> tuple[int, str, str, int, int]:
-    """One journal line `[tag, group, topic, queue_id, offset]`, checked as `commit_offset` checks a commit."""
-    entry = json.loads(line)
-    if not isinstance(entry, list) or len(entry) != 5:
-        raise ValueError("not a list of 5 fields")
-    tag, group, topic, queue_id, offset = entry
-    g, t = _check_names(group, topic)
-    return (
-        _args.java_long(tag, "tag"),
-        g,
-        t,
-        _args.queue_id(queue_id),
-        _args.java_long(offset, "offset"),
-    )
-
-
 class ConsumerOffsetManager:
     """Committed consumer offsets per (group, topic, queue), persisted to `consumerOffset.json`.
 
@@ -219,7 +203,7 @@ class ConsumerOffsetManager:
         self._persisted_seq = -1
         self._journal_fd: int | None = None
         self._journal_bytes = 0
-        self._journal_since: list[str] = []
+        self._journal_since: list[bytes] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: What the last `load()` left out or fell back from (damaged entries, files, journal lines).
@@ -331,27 +315,23 @@ class ConsumerOffsetManager:
     def _replay_journal_locked(self, counter: int, issues: list[OffsetIssue]) -> int:
         """Applies the journal's commits made on top of snapshot `counter` or later, in order; returns how many.
 
-        A torn last line (a crash mid-append) or a damaged line is skipped and reported in `issues`.
+        A torn last line (a kill during an append) and each damaged line (checksum or fields that do not verify)
+        is left out and reported in `issues` with its byte offset; every other line is applied.
         """
+        path = str(self.journal_path)
         try:
             data = self.journal_path.read_bytes()
         except FileNotFoundError:
             return 0
         except OSError as e:
-            issues.append(OffsetIssue(str(self.journal_path), None, f"cannot be read: {e}"))
+            issues.append(OffsetIssue(path, None, f"cannot be read: {e}"))
             return 0
+        entries, left_out, _ = _native.decode_journal(data)
+        for at, line, torn, why in left_out:
+            what = "torn last line" if torn else "damaged line"
+            issues.append(OffsetIssue(path, None, f"{what} {line} at byte {at} left out: {why}", at))
         applied = 0
-        lines = data.split(b"\n")
-        for n, line in enumerate(lines, 1):
-            if not line:
-                continue
-            try:
-                tag, group, topic, queue_id, offset = _journal_entry(line)
-            except (ValueError, TypeError) as e:
-                torn = n == len(lines)
-                why = "torn last line (a crash during an append)" if torn else f"damaged line ({e})"
-                issues.append(OffsetIssue(str(self.journal_path), None, f"line {n} left out: {why}"))
-                continue
+        for tag, group, topic, queue_id, offset in entries:
             if tag < counter:
                 continue
             self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
@@ -415,13 +395,26 @@ class ConsumerOffsetManager:
         return self.path.with_name(self.path.name + ".journal")
 
     def _journal_append_locked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        line = json.dumps([self._version.counter, group, topic, queue_id, offset], separators=(",", ":")) + "\n"
+        record = _native.encode_journal_entry(self._version.counter, group, topic, queue_id, offset)
+        data = record
         if self._journal_fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(self._journal_fd, line.encode())
-        self._journal_bytes += len(line)
-        self._journal_since.append(line)
+            fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                keep = _native.decode_journal(os.pread(fd, size, 0))[2] if size else 0
+                if keep < size:
+                    os.ftruncate(fd, keep)  # the torn tail of an append a kill interrupted
+            except BaseException:
+                os.close(fd)
+                raise
+            self._journal_fd = fd
+            self._journal_bytes = keep
+            if keep == 0:
+                data = _native.OFFSETS_JOURNAL_HEADER + record
+        os.write(self._journal_fd, data)
+        self._journal_bytes += len(data)
+        self._journal_since.append(record)
 
     def _compact_journal(self) -> None:
         """After a snapshot: the journal keeps only the lines appended since (usually none)."""
@@ -436,9 +429,10 @@ class ConsumerOffsetManager:
                 self.journal_path.unlink(missing_ok=True)
                 return
             tmp = self.journal_path.with_name(self.journal_path.name + ".tmp")
-            tmp.write_text("".join(self._journal_since), encoding="utf-8")
+            data = _native.OFFSETS_JOURNAL_HEADER + b"".join(self._journal_since)
+            tmp.write_bytes(data)
             os.replace(tmp, self.journal_path)
-            self._journal_bytes = sum(len(x) for x in self._journal_since)
+            self._journal_bytes = len(data)
 
     # -- background persistence ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyMapping};
 use super::args;
 use super::errors::to_py;
 use crate::error::Error;
-use crate::offsets::{self, DataVersion, OffsetTable};
+use crate::offsets::{self, journal, DataVersion, OffsetTable};
 
 /// A `Mapping[str, Mapping[int, int]]` as an offset table in iteration order, every key and value checked.
 fn table_of(obj: &Bound<'_, PyAny>) -> PyResult<OffsetTable> {
@@ -89,9 +89,44 @@ fn to_tuple(py: Python<'_>, decoded: offsets::Decoded) -> PyResult<DecodedTuple<
     Ok((table, (v.counter, v.state_version, v.timestamp), issues))
 }
 
+/// One journal record line (LF included) for a commit made on top of snapshot `snapshot`.
+#[pyfunction]
+fn encode_journal_entry(
+    #[pyo3(from_py_with = args::java_long)] snapshot: i64,
+    group: &Bound<'_, PyAny>,
+    topic: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+    #[pyo3(from_py_with = args::java_long)] offset: i64,
+) -> PyResult<Vec<u8>> {
+    let entry = journal::Entry {
+        snapshot,
+        group: args::text(group)?.to_string(),
+        topic: args::text(topic)?.to_string(),
+        queue_id,
+        offset,
+    };
+    Ok(journal::encode_entry(&entry).into_bytes())
+}
+
+/// What `decode_journal` returns: the records as (snapshot, group, topic, queue id, offset), the lines left out
+/// as (byte offset, line number, torn, reason), and the length up to the end of the last complete line.
+type JournalTuple = (Vec<(i64, String, String, i32, i64)>, Vec<(usize, usize, bool, String)>, usize);
+
+/// Reads a journal's bytes; never raises for their content.
+#[pyfunction]
+fn decode_journal(py: Python<'_>, #[pyo3(from_py_with = args::body)] data: PyBackedBytes) -> JournalTuple {
+    let j = py.detach(|| journal::decode(&data));
+    let entries = j.entries.into_iter().map(|e| (e.snapshot, e.group, e.topic, e.queue_id, e.offset)).collect();
+    let issues = j.issues.into_iter().map(|i| (i.offset, i.line, i.torn, i.reason)).collect();
+    (entries, issues, j.complete_len)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(decode_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(salvage_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_journal_entry, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_journal, m)?)?;
+    m.add("OFFSETS_JOURNAL_HEADER", pyo3::types::PyBytes::new(m.py(), journal::HEADER))?;
     Ok(())
 }
