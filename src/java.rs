@@ -89,30 +89,297 @@ pub fn parse_int(s: &str) -> Option<i32> {
     s.parse::<i32>().ok()
 }
 
-/// Bins of a Java `HashMap` (or, with `concurrent`, a `ConcurrentHashMap`) created with `initial` bins after
-/// `n` insertions at load factor 0.75: a `HashMap` grows when its size exceeds the threshold, a
-/// `ConcurrentHashMap` when it reaches it.
-pub fn hash_map_bins(n: usize, initial: usize, concurrent: bool) -> usize {
-    let mut bins = initial.max(1);
-    while if concurrent { n >= bins * 3 / 4 } else { n > bins * 3 / 4 } {
-        bins *= 2;
+/// A key of a Java hash map: its `hashCode()` (equality is Rust's).
+pub trait JavaHash: Eq + Clone {
+    /// `hashCode()`: `String.hashCode` for text, the value itself for `Integer`.
+    fn java_hash(&self) -> i32;
+}
+
+impl JavaHash for String {
+    fn java_hash(&self) -> i32 {
+        string_hash(self)
     }
-    bins
 }
 
-/// The bin of a string key: `spread(hashCode) & (bins - 1)`, where `spread(h) = h ^ (h >>> 16)`.
-pub fn hash_map_bin(key: &str, bins: usize) -> usize {
-    let h = string_hash(key) as u32;
-    ((h ^ (h >> 16)) as usize) & (bins - 1)
+impl JavaHash for &str {
+    fn java_hash(&self) -> i32 {
+        string_hash(self)
+    }
 }
 
-/// Indices of `keys` (in insertion order) in a Java hash map's iteration order: by bin, then insertion order
-/// within a bin. Exact while the map has not grown (a grown `ConcurrentHashMap` may reorder a bin's keys).
-pub fn hash_map_order(keys: &[&str], initial: usize, concurrent: bool) -> Vec<usize> {
-    let bins = hash_map_bins(keys.len(), initial, concurrent);
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_by_key(|&i| hash_map_bin(keys[i], bins));
-    order
+impl JavaHash for i32 {
+    fn java_hash(&self) -> i32 {
+        *self
+    }
+}
+
+/// `HashMap.tableSizeFor`: the smallest power of two >= `cap` (at least 1, at most 2^30).
+fn table_size_for(cap: usize) -> usize {
+    cap.clamp(1, MAXIMUM_CAPACITY).next_power_of_two().min(MAXIMUM_CAPACITY)
+}
+
+const MAXIMUM_CAPACITY: usize = 1 << 30;
+/// A list bin becomes a tree at this many nodes (if the table is large enough).
+const TREEIFY_THRESHOLD: usize = 8;
+/// A tree bin split by a resize becomes a list again at this many nodes or fewer.
+const UNTREEIFY_THRESHOLD: usize = 6;
+/// Below this many bins a long list grows the table instead of becoming a tree.
+const MIN_TREEIFY_CAPACITY: usize = 64;
+
+/// One bin: its nodes in iteration order, and whether it is a tree bin (`TreeBin` / `TreeNode`s).
+#[derive(Debug, Clone)]
+struct Bin<K> {
+    tree: bool,
+    nodes: Vec<(u32, K)>,
+}
+
+impl<K> Default for Bin<K> {
+    fn default() -> Self {
+        Bin { tree: false, nodes: Vec::new() }
+    }
+}
+
+/// The iteration order of a `java.util.concurrent.ConcurrentHashMap` (JDK 8 to 21, one thread), followed
+/// through every `put` and `remove`: lazy table creation, growth when the size reaches `sizeCtl`, lists that
+/// append, lists of 8 that grow a small table (`tryPresize`) or become tree bins (where new keys go first),
+/// and resizes that split each bin with `lastRun` (the nodes before the last run are re-linked in reverse).
+/// Iteration walks the bins in index order and each bin in node order, as `Traverser` does.
+///
+/// One approximation: removing a key from a tree bin turns the bin back into a list when 6 or fewer remain
+/// (Java decides from the red-black tree's shape); tree bins need 8 keys whose spread hashes collide.
+#[derive(Debug, Clone)]
+pub struct ConcurrentHashMapOrder<K> {
+    table: Vec<Bin<K>>,
+    /// Before the table exists: its size (0 for the default 16); after: the size that triggers a resize.
+    size_ctl: usize,
+    count: usize,
+}
+
+impl<K: JavaHash> ConcurrentHashMapOrder<K> {
+    /// `new ConcurrentHashMap<>()`: 16 bins on the first put.
+    pub fn new() -> Self {
+        ConcurrentHashMapOrder { table: Vec::new(), size_ctl: 0, count: 0 }
+    }
+
+    /// `new ConcurrentHashMap<>(initialCapacity)`: `tableSizeFor(1 + initialCapacity / 0.75f)` bins.
+    pub fn with_capacity(initial: usize) -> Self {
+        let size = 1.0 + f64::from(initial as f32 / 0.75_f32);
+        ConcurrentHashMapOrder { table: Vec::new(), size_ctl: table_size_for(size as usize), count: 0 }
+    }
+
+    /// `spread(hashCode)`: `(h ^ (h >>> 16)) & 0x7fffffff`.
+    fn spread(key: &K) -> u32 {
+        let h = key.java_hash() as u32;
+        (h ^ (h >> 16)) & 0x7fff_ffff
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Keys in iteration order.
+    pub fn iter(&self) -> impl Iterator<Item = &K> {
+        self.table.iter().flat_map(|bin| bin.nodes.iter().map(|(_, k)| k))
+    }
+
+    /// Whether `key` is present.
+    pub fn contains(&self, key: &K) -> bool {
+        self.table.get(self.index(Self::spread(key))).is_some_and(|b| b.nodes.iter().any(|(_, k)| k == key))
+    }
+
+    fn index(&self, h: u32) -> usize {
+        (h as usize) & self.table.len().wrapping_sub(1)
+    }
+
+    /// `put(key, value)`: returns true when the key is new.
+    pub fn put(&mut self, key: K) -> bool {
+        if self.table.is_empty() {
+            let n = if self.size_ctl > 0 { self.size_ctl } else { 16 };
+            self.table = (0..n).map(|_| Bin::default()).collect();
+            self.size_ctl = n - (n >> 2);
+        }
+        let h = Self::spread(&key);
+        let i = self.index(h);
+        let bin = &mut self.table[i];
+        if bin.nodes.is_empty() {
+            bin.nodes.push((h, key));
+        } else if bin.tree {
+            if bin.nodes.iter().any(|(_, k)| *k == key) {
+                return false;
+            }
+            bin.nodes.insert(0, (h, key)); // TreeBin.putTreeVal makes the new node `first`
+        } else {
+            // `binCount`: the 1-based position of the key found, or the length of the list it was appended to.
+            let found = bin.nodes.iter().position(|(_, k)| *k == key);
+            let bin_count = match found {
+                Some(j) => j + 1,
+                None => {
+                    bin.nodes.push((h, key));
+                    bin.nodes.len() - 1
+                }
+            };
+            if bin_count >= TREEIFY_THRESHOLD {
+                self.treeify_bin(i);
+            }
+            if found.is_some() {
+                return false;
+            }
+        }
+        self.count += 1;
+        while self.count >= self.size_ctl && self.table.len() < MAXIMUM_CAPACITY {
+            self.transfer();
+        }
+        true
+    }
+
+    /// `remove(key)`: returns true when the key was present.
+    pub fn remove(&mut self, key: &K) -> bool {
+        if self.table.is_empty() {
+            return false;
+        }
+        let i = self.index(Self::spread(key));
+        let bin = &mut self.table[i];
+        let Some(j) = bin.nodes.iter().position(|(_, k)| k == key) else { return false };
+        bin.nodes.remove(j);
+        if bin.tree && bin.nodes.len() <= UNTREEIFY_THRESHOLD {
+            bin.tree = false;
+        }
+        self.count -= 1;
+        true
+    }
+
+    fn treeify_bin(&mut self, i: usize) {
+        let n = self.table.len();
+        if n < MIN_TREEIFY_CAPACITY {
+            self.try_presize(n << 1);
+        } else {
+            self.table[i].tree = true; // same node order
+        }
+    }
+
+    fn try_presize(&mut self, size: usize) {
+        let c = if size >= MAXIMUM_CAPACITY >> 1 { MAXIMUM_CAPACITY } else { table_size_for(size + (size >> 1) + 1) };
+        while c > self.size_ctl && self.table.len() < MAXIMUM_CAPACITY {
+            self.transfer();
+        }
+    }
+
+    /// Doubles the table, splitting each bin as `ConcurrentHashMap.transfer` does.
+    fn transfer(&mut self) {
+        let n = self.table.len();
+        let old = std::mem::take(&mut self.table);
+        let mut next: Vec<Bin<K>> = (0..2 * n).map(|_| Bin::default()).collect();
+        for (i, bin) in old.into_iter().enumerate() {
+            let (lo, hi) = if bin.tree { split_tree(bin.nodes, n) } else { split_list(bin.nodes, n) };
+            next[i] = lo;
+            next[i + n] = hi;
+        }
+        self.table = next;
+        self.size_ctl = (n << 1) - (n >> 1);
+    }
+}
+
+impl<K: JavaHash> Default for ConcurrentHashMapOrder<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A list bin split by `transfer`: the nodes from `lastRun` on (one side) keep their order; each node before it
+/// is pushed on the front of its side, so those come out reversed.
+fn split_list<K>(nodes: Vec<(u32, K)>, n: usize) -> (Bin<K>, Bin<K>) {
+    let bit = |h: u32| (h as usize) & n != 0;
+    let last_run = (1..nodes.len()).rev().find(|&j| bit(nodes[j].0) != bit(nodes[j - 1].0)).unwrap_or(0);
+    let (mut lo, mut hi) = (Vec::new(), Vec::new());
+    let mut nodes = nodes;
+    let run = nodes.split_off(last_run);
+    for node in nodes.into_iter().rev() {
+        if bit(node.0) {
+            hi.push(node);
+        } else {
+            lo.push(node);
+        }
+    }
+    // `lo` and `hi` now hold the prefix reversed; the run goes after them, on its side.
+    match run.first() {
+        Some(&(h, _)) if bit(h) => hi.extend(run),
+        _ => lo.extend(run),
+    }
+    (Bin { tree: false, nodes: lo }, Bin { tree: false, nodes: hi })
+}
+
+/// A tree bin split by `transfer`: both sides keep their order; a side of 6 nodes or fewer becomes a list.
+fn split_tree<K>(nodes: Vec<(u32, K)>, n: usize) -> (Bin<K>, Bin<K>) {
+    let (hi, lo): (Vec<_>, Vec<_>) = nodes.into_iter().partition(|(h, _)| (*h as usize) & n != 0);
+    let side = |nodes: Vec<(u32, K)>| Bin { tree: nodes.len() > UNTREEIFY_THRESHOLD, nodes };
+    (side(lo), side(hi))
+}
+
+/// The iteration order of a `java.util.HashMap` (or `HashSet`) built by `put`s only (JDK 8 to 21): lists that
+/// append, growth when the size exceeds 3/4 of the bins, resizes that keep each bin's order, and lists of 9
+/// that double a table of fewer than 64 bins. Exact except for tree bins (9 keys whose hashes collide in a
+/// table of 64 bins or more), whose order follows their red-black tree; they are kept in list order here.
+#[derive(Debug, Clone)]
+pub struct HashMapOrder<K> {
+    table: Vec<Vec<(u32, K)>>,
+    threshold: usize,
+    count: usize,
+}
+
+impl<K: JavaHash> HashMapOrder<K> {
+    /// `new HashMap<>(initialCapacity)`.
+    pub fn with_capacity(initial: usize) -> Self {
+        HashMapOrder { table: Vec::new(), threshold: table_size_for(initial), count: 0 }
+    }
+
+    /// `put(key, ...)`: returns true when the key is new.
+    pub fn put(&mut self, key: K) -> bool {
+        if self.table.is_empty() {
+            self.table = (0..self.threshold).map(|_| Vec::new()).collect();
+            self.threshold = self.table.len() * 3 / 4;
+        }
+        let h = key.java_hash() as u32;
+        let h = h ^ (h >> 16);
+        let i = (h as usize) & (self.table.len() - 1);
+        let bin = &mut self.table[i];
+        if bin.iter().any(|(_, k)| *k == key) {
+            return false;
+        }
+        bin.push((h, key));
+        if bin.len() > TREEIFY_THRESHOLD && self.table.len() < MIN_TREEIFY_CAPACITY {
+            self.resize();
+        }
+        self.count += 1;
+        if self.count > self.threshold {
+            self.resize();
+        }
+        true
+    }
+
+    fn resize(&mut self) {
+        let n = self.table.len();
+        let old = std::mem::take(&mut self.table);
+        let mut next: Vec<Vec<(u32, K)>> = (0..2 * n).map(|_| Vec::new()).collect();
+        for (i, bin) in old.into_iter().enumerate() {
+            for node in bin {
+                let to = if (node.0 as usize) & n != 0 { i + n } else { i };
+                next[to].push(node);
+            }
+        }
+        self.table = next;
+        self.threshold = self.table.len() * 3 / 4;
+    }
+
+    /// Keys in iteration order.
+    pub fn iter(&self) -> impl Iterator<Item = &K> {
+        self.table.iter().flat_map(|bin| bin.iter().map(|(_, k)| k))
+    }
 }
 
 #[cfg(test)]
@@ -181,13 +448,49 @@ mod tests {
     }
 
     #[test]
-    fn hash_map_growth_and_order() {
-        assert_eq!(hash_map_bins(0, 1024, true), 1024);
-        assert_eq!(hash_map_bins(767, 1024, true), 1024);
-        assert_eq!(hash_map_bins(768, 1024, true), 2048);
-        assert_eq!(hash_map_bins(96, 128, false), 128);
-        assert_eq!(hash_map_bins(97, 128, false), 256);
+    fn concurrent_hash_map_order() {
+        // A fresh ConcurrentHashMap(32) has 64 bins: 2147483647 spreads to bin 0, after 0 when put after it.
+        let mut m = ConcurrentHashMapOrder::with_capacity(32);
+        for q in [5, 0, i32::MAX, 64, 1] {
+            assert!(m.put(q));
+        }
+        assert!(!m.put(0));
+        assert_eq!(m.iter().copied().collect::<Vec<_>>(), [0, i32::MAX, 64, 1, 5]);
+        // Growth at 3/4 of the bins (48 of 64) splits bin 0 [0, MAX, 64, 128] by bit 64 with lastRun = [128]:
+        // lo [MAX, 0, 128] (the nodes before lastRun reversed), hi [64].
+        for q in 100..143 {
+            m.put(q);
+        }
+        assert_eq!(m.len(), 48);
+        let order: Vec<i32> = m.iter().copied().collect();
+        assert_eq!(&order[..4], [i32::MAX, 0, 128, 1]);
+        assert!(m.remove(&0) && !m.remove(&0) && m.len() == 47);
+        // The broker's offsetTable, ConcurrentHashMap(512), has 1024 bins until 768 keys.
+        let mut t: ConcurrentHashMapOrder<String> = ConcurrentHashMapOrder::with_capacity(512);
+        t.put("a".into());
+        assert_eq!(t.table.len(), 1024);
+    }
+
+    #[test]
+    fn list_split_reverses_the_nodes_before_the_last_run() {
+        // Hashes with bit 16 set (hi) or not (lo): lo1 hi1 lo2 hi2 hi3 -> lastRun = hi2; lo: [lo2, lo1]; hi: [hi1, hi2, hi3].
+        let nodes: Vec<(u32, &str)> = vec![(0, "lo1"), (16, "hi1"), (32, "lo2"), (48, "hi2"), (16 + 64, "hi3")];
+        let (lo, hi) = split_list(nodes, 16);
+        assert_eq!(lo.nodes.iter().map(|n| n.1).collect::<Vec<_>>(), ["lo2", "lo1"]);
+        assert_eq!(hi.nodes.iter().map(|n| n.1).collect::<Vec<_>>(), ["hi1", "hi2", "hi3"]);
+    }
+
+    #[test]
+    fn hash_map_order() {
         // "Orders" and "T\"x\u{e9}\n" in RocketMQ 5.3.1's groupTopicMap for G2 (tests/data): Orders first.
-        assert_eq!(hash_map_order(&["T\"x\u{e9}\n", "Orders"], 8, false), [1, 0]);
+        let mut set = HashMapOrder::with_capacity(8);
+        set.put("T\"x\u{e9}\n");
+        set.put("Orders");
+        assert_eq!(set.iter().copied().collect::<Vec<_>>(), ["Orders", "T\"x\u{e9}\n"]);
+        let mut m = HashMapOrder::with_capacity(128);
+        for i in 0..97 {
+            m.put(i);
+        }
+        assert_eq!(m.table.len(), 256);
     }
 }

@@ -194,7 +194,7 @@ class ConsumerOffsetManager:
         start = _args.boolean(start_thread, "start_thread")
         self._lock = threading.Lock()  # guards the tables
         self._persist_lock = threading.Lock()  # one writer of the file at a time
-        self._offsets: dict[str, dict[int, int]] = {}
+        self._offsets = _native.BrokerOffsetTable()  # the broker's maps, so persist writes the broker's bytes
         self._reset: dict[str, dict[int, int]] = {}
         self._pull: dict[str, dict[int, int]] = {}
         self._version = DataVersion()
@@ -270,7 +270,7 @@ class ConsumerOffsetManager:
                 src = self.path if chosen is main else self.bak_path
                 issues.append(OffsetIssue(str(src), key, reason))
             with self._lock:
-                self._offsets = chosen.table
+                self._offsets = _native.BrokerOffsetTable.loaded(chosen.table)
                 self._version = chosen.version
                 self._changes = self._replay_journal_locked(chosen.version.counter, issues)
                 self._seq += 1
@@ -278,7 +278,7 @@ class ConsumerOffsetManager:
             return True
         ok = not (self.path.exists() or self.bak_path.exists())
         with self._lock:
-            self._offsets = {}
+            self._offsets = _native.BrokerOffsetTable()
             self._changes = self._replay_journal_locked(0, issues) if ok else 0
             self._seq += 1
         self._report(issues)
@@ -334,16 +334,16 @@ class ConsumerOffsetManager:
         for tag, group, topic, queue_id, offset in entries:
             if tag < counter:
                 continue
-            self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
+            self._offsets.commit(_key(topic, group), queue_id, offset)
             applied += 1
         return applied
 
     def encode(self) -> str:
         """The file content for the current table (fastjson's pretty print)."""
         with self._lock:
-            table = {k: dict(v) for k, v in self._offsets.items()}
+            table = self._offsets.copy()
             version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
-        return encode_offsets(table, version)
+        return table.encode(version.counter, version.state_version, version.timestamp)
 
     def persist(self, *, sync: bool = True) -> None:
         """Writes the table atomically, keeping the previous file as `.bak`.
@@ -366,9 +366,9 @@ class ConsumerOffsetManager:
                     self._changes = 0
                 written = self._seq
                 self._journal_since = []  # journal lines from here on are not in this snapshot
-                table = {k: dict(v) for k, v in self._offsets.items()}
+                table = self._offsets.copy()
                 version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
-            text = encode_offsets(table, version)
+            text = table.encode(version.counter, version.state_version, version.timestamp)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             with open(tmp, "w", encoding="utf-8") as f:
@@ -497,7 +497,7 @@ class ConsumerOffsetManager:
         offset = _args.java_long(offset, "offset")
         journal = _args.boolean(journal, "journal")
         with self._lock:
-            self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
+            self._offsets.commit(_key(topic, group), queue_id, offset)
             self._changes += 1
             self._seq += 1
             if journal:
@@ -514,30 +514,33 @@ class ConsumerOffsetManager:
             reset = self._reset.get(key)
             if reset is not None and queue_id in reset:
                 return reset[queue_id]
-            return self._offsets.get(key, {}).get(queue_id, -1)
+            committed = self._offsets.get(key, queue_id)
+            return -1 if committed is None else committed
 
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         """{queue id: committed offset} of the group on the topic (empty when unknown)."""
         key = _key(*reversed(_check_lookup(group, topic)))
         with self._lock:
-            return dict(self._offsets.get(key, {}))
+            return self._offsets.queues(key)
 
     def table(self) -> dict[str, dict[int, int]]:
         """A copy of the whole `offsetTable`."""
         with self._lock:
-            return {k: dict(v) for k, v in self._offsets.items()}
+            return self._offsets.to_dict()
 
     def groups(self) -> set[str]:
         """Groups with committed offsets (`whichGroupByTopic` over all topics)."""
         with self._lock:
-            return {p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2}
+            return {p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets.keys()) if len(p) == 2}
 
     def topics_of(self, group: str) -> set[str]:
         """Topics the group has committed offsets for (`whichTopicByConsumer`)."""
         group = _args.text(group, "group")
         with self._lock:
             return {
-                p[0] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2 and p[1] == group
+                p[0]
+                for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets.keys())
+                if len(p) == 2 and p[1] == group
             }
 
     def groups_of(self, topic: str) -> set[str]:
@@ -545,14 +548,18 @@ class ConsumerOffsetManager:
         topic = _args.text(topic, "topic")
         with self._lock:
             return {
-                p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2 and p[0] == topic
+                p[1]
+                for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets.keys())
+                if len(p) == 2 and p[0] == topic
             }
 
     def remove_group(self, group: str) -> None:
         """`removeOffset(group)`: drops the group's committed, reset and pull offsets on every topic."""
         group = _args.text(group, "group")
         with self._lock:
-            for table in (self._offsets, self._reset, self._pull):
+            for key in [k for k in self._offsets.keys() if _group_of(k) == group]:
+                self._offsets.remove(key)
+            for table in (self._reset, self._pull):
                 for key in [k for k in table if _group_of(k) == group]:
                     del table[key]
             self._changes += 1
@@ -562,7 +569,9 @@ class ConsumerOffsetManager:
         """`cleanOffsetByTopic`: drops every group's offsets on exactly this topic."""
         topic = _args.text(topic, "topic")
         with self._lock:
-            for table in (self._offsets, self._reset, self._pull):
+            for key in [k for k in self._offsets.keys() if _topic_of(k) == topic]:
+                self._offsets.remove(key)
+            for table in (self._reset, self._pull):
                 for key in [k for k in table if _topic_of(k) == topic]:
                     del table[key]
             self._changes += 1
@@ -584,7 +593,7 @@ class ConsumerOffsetManager:
         key = _key(topic, group)
         with self._lock:
             self._reset.setdefault(key, {})[queue_id] = offset
-            self._offsets.setdefault(key, {})[queue_id] = offset
+            self._offsets.commit(key, queue_id, offset)
             self._changes += 1
             self._seq += 1
 
