@@ -93,11 +93,16 @@ pub fn parse_int(s: &str) -> Option<i32> {
 pub trait JavaHash: Eq + Clone {
     /// `hashCode()`: `String.hashCode` for text, the value itself for `Integer`.
     fn java_hash(&self) -> i32;
+    /// `compareTo`: UTF-16 code units for text, numbers for `Integer`.
+    fn java_cmp(&self, other: &Self) -> std::cmp::Ordering;
 }
 
 impl JavaHash for String {
     fn java_hash(&self) -> i32 {
         string_hash(self)
+    }
+    fn java_cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.encode_utf16().cmp(other.encode_utf16())
     }
 }
 
@@ -105,11 +110,17 @@ impl JavaHash for &str {
     fn java_hash(&self) -> i32 {
         string_hash(self)
     }
+    fn java_cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.encode_utf16().cmp(other.encode_utf16())
+    }
 }
 
 impl JavaHash for i32 {
     fn java_hash(&self) -> i32 {
         *self
+    }
+    fn java_cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.cmp(other)
     }
 }
 
@@ -322,14 +333,30 @@ fn split_tree<K>(nodes: Vec<(u32, K)>, n: usize) -> (Bin<K>, Bin<K>) {
 }
 
 /// The iteration order of a `java.util.HashMap` (or `HashSet`) built by `put`s only (JDK 8 to 21): lists that
-/// append, growth when the size exceeds 3/4 of the bins, resizes that keep each bin's order, and lists of 9
-/// that double a table of fewer than 64 bins. Exact except for tree bins (9 keys whose hashes collide in a
-/// table of 64 bins or more), whose order follows their red-black tree; they are kept in list order here.
+/// append, growth when the size exceeds 3/4 of the bins, resizes that keep each bin's order, lists of 9 that
+/// double a table of fewer than 64 bins or else become tree bins. A tree bin is iterated in its `next` order:
+/// a new node goes right after its parent in the red-black tree, and the root is moved to the front after each
+/// insertion ([`HashTreeBin`]).
 #[derive(Debug, Clone)]
 pub struct HashMapOrder<K> {
-    table: Vec<Vec<(u32, K)>>,
+    table: Vec<HashBin<K>>,
     threshold: usize,
     count: usize,
+}
+
+#[derive(Debug, Clone)]
+enum HashBin<K> {
+    List(Vec<(i32, K)>),
+    Tree(HashTreeBin<K>),
+}
+
+impl<K: JavaHash> HashBin<K> {
+    fn nodes(self) -> Vec<(i32, K)> {
+        match self {
+            HashBin::List(nodes) => nodes,
+            HashBin::Tree(tree) => tree.into_nodes(),
+        }
+    }
 }
 
 impl<K: JavaHash> HashMapOrder<K> {
@@ -341,19 +368,33 @@ impl<K: JavaHash> HashMapOrder<K> {
     /// `put(key, ...)`: returns true when the key is new.
     pub fn put(&mut self, key: K) -> bool {
         if self.table.is_empty() {
-            self.table = (0..self.threshold).map(|_| Vec::new()).collect();
+            self.table = (0..self.threshold).map(|_| HashBin::List(Vec::new())).collect();
             self.threshold = self.table.len() * 3 / 4;
         }
-        let h = key.java_hash() as u32;
-        let h = h ^ (h >> 16);
-        let i = (h as usize) & (self.table.len() - 1);
-        let bin = &mut self.table[i];
-        if bin.iter().any(|(_, k)| *k == key) {
-            return false;
-        }
-        bin.push((h, key));
-        if bin.len() > TREEIFY_THRESHOLD && self.table.len() < MIN_TREEIFY_CAPACITY {
-            self.resize();
+        let h = key.java_hash();
+        let h = h ^ ((h as u32) >> 16) as i32;
+        let n = self.table.len();
+        let i = (h as u32 as usize) & (n - 1);
+        match &mut self.table[i] {
+            HashBin::Tree(tree) => {
+                if !tree.put(h, key) {
+                    return false;
+                }
+            }
+            HashBin::List(bin) => {
+                if bin.iter().any(|(_, k)| *k == key) {
+                    return false;
+                }
+                bin.push((h, key));
+                if bin.len() > TREEIFY_THRESHOLD {
+                    if n < MIN_TREEIFY_CAPACITY {
+                        self.resize();
+                    } else {
+                        let nodes = std::mem::take(bin);
+                        self.table[i] = HashBin::Tree(HashTreeBin::treeify(nodes));
+                    }
+                }
+            }
         }
         self.count += 1;
         if self.count > self.threshold {
@@ -365,11 +406,24 @@ impl<K: JavaHash> HashMapOrder<K> {
     fn resize(&mut self) {
         let n = self.table.len();
         let old = std::mem::take(&mut self.table);
-        let mut next: Vec<Vec<(u32, K)>> = (0..2 * n).map(|_| Vec::new()).collect();
+        let mut next: Vec<HashBin<K>> = (0..2 * n).map(|_| HashBin::List(Vec::new())).collect();
         for (i, bin) in old.into_iter().enumerate() {
-            for node in bin {
-                let to = if (node.0 as usize) & n != 0 { i + n } else { i };
-                next[to].push(node);
+            let was_tree = matches!(bin, HashBin::Tree(_));
+            let tree = match &bin {
+                HashBin::Tree(t) => Some(t.clone()),
+                HashBin::List(_) => None,
+            };
+            let (lo, hi): (Vec<_>, Vec<_>) = bin.nodes().into_iter().partition(|(h, _)| (*h as u32 as usize) & n == 0);
+            let (lc, hc) = (lo.len(), hi.len());
+            for (side, nodes, other) in [(i, lo, hc), (i + n, hi, lc)] {
+                next[side] = if !was_tree || nodes.len() <= UNTREEIFY_THRESHOLD {
+                    HashBin::List(nodes)
+                } else if other == 0 {
+                    // Every node went this way: the tree is kept as it was.
+                    HashBin::Tree(tree.clone().unwrap_or_else(|| HashTreeBin::treeify(Vec::new())))
+                } else {
+                    HashBin::Tree(HashTreeBin::treeify(nodes))
+                };
             }
         }
         self.table = next;
@@ -378,7 +432,220 @@ impl<K: JavaHash> HashMapOrder<K> {
 
     /// Keys in iteration order.
     pub fn iter(&self) -> impl Iterator<Item = &K> {
-        self.table.iter().flat_map(|bin| bin.iter().map(|(_, k)| k))
+        self.table.iter().flat_map(|bin| -> Box<dyn Iterator<Item = &K> + '_> {
+            match bin {
+                HashBin::List(nodes) => Box::new(nodes.iter().map(|(_, k)| k)),
+                HashBin::Tree(tree) => Box::new(tree.iter()),
+            }
+        })
+    }
+}
+
+/// A `HashMap` tree bin (`HashMap.TreeNode`s): a red-black tree ordered by hash, then `compareTo`, whose
+/// `next` list is the iteration order.
+#[derive(Debug, Clone)]
+struct HashTreeBin<K> {
+    nodes: Vec<TreeNode<K>>,
+    root: usize,
+    /// Node indices in `next` order.
+    order: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct TreeNode<K> {
+    hash: i32,
+    key: K,
+    parent: Option<usize>,
+    left: Option<usize>,
+    right: Option<usize>,
+    red: bool,
+}
+
+impl<K: JavaHash> HashTreeBin<K> {
+    /// `TreeNode.treeify`: inserts the list's nodes in order (the `next` order stays the list's), then moves the
+    /// root to the front.
+    fn treeify(list: Vec<(i32, K)>) -> Self {
+        let mut t = HashTreeBin { nodes: Vec::new(), root: 0, order: (0..list.len()).collect() };
+        for (i, (hash, key)) in list.into_iter().enumerate() {
+            t.nodes.push(TreeNode { hash, key, parent: None, left: None, right: None, red: false });
+            if i > 0 {
+                let (parent, left) = t.find_slot(i);
+                t.attach(i, parent, left);
+            }
+        }
+        t.move_root_to_front();
+        t
+    }
+
+    /// `putTreeVal`: false when the key is there; otherwise the new node goes right after its parent in the
+    /// `next` order.
+    fn put(&mut self, hash: i32, key: K) -> bool {
+        if self.nodes.iter().any(|n| n.key == key) {
+            return false;
+        }
+        let x = self.nodes.len();
+        self.nodes.push(TreeNode { hash, key, parent: None, left: None, right: None, red: false });
+        let (parent, left) = self.find_slot(x);
+        let at = self.order.iter().position(|&i| i == parent).map_or(self.order.len(), |p| p + 1);
+        self.order.insert(at, x);
+        self.attach(x, parent, left);
+        self.move_root_to_front();
+        true
+    }
+
+    /// Where node `x` goes: (parent, as its left child?). Ties never happen between distinct keys of one type
+    /// (hash, then `compareTo`).
+    fn find_slot(&self, x: usize) -> (usize, bool) {
+        let mut p = self.root;
+        loop {
+            let (n, node) = (&self.nodes[x], &self.nodes[p]);
+            let dir = match node.hash.cmp(&n.hash) {
+                std::cmp::Ordering::Greater => std::cmp::Ordering::Less,
+                std::cmp::Ordering::Less => std::cmp::Ordering::Greater,
+                std::cmp::Ordering::Equal => n.key.java_cmp(&node.key),
+            };
+            let left = dir != std::cmp::Ordering::Greater;
+            match if left { node.left } else { node.right } {
+                Some(child) => p = child,
+                None => return (p, left),
+            }
+        }
+    }
+
+    fn attach(&mut self, x: usize, parent: usize, left: bool) {
+        self.nodes[x].parent = Some(parent);
+        if left {
+            self.nodes[parent].left = Some(x);
+        } else {
+            self.nodes[parent].right = Some(x);
+        }
+        self.balance_insertion(x);
+    }
+
+    fn move_root_to_front(&mut self) {
+        if let Some(p) = self.order.iter().position(|&i| i == self.root) {
+            let r = self.order.remove(p);
+            self.order.insert(0, r);
+        }
+    }
+
+    /// `TreeNode.balanceInsertion`.
+    fn balance_insertion(&mut self, mut x: usize) {
+        self.nodes[x].red = true;
+        loop {
+            let Some(xp) = self.nodes[x].parent else {
+                self.nodes[x].red = false;
+                self.root = x;
+                return;
+            };
+            let Some(xpp) = self.nodes[xp].parent.filter(|_| self.nodes[xp].red) else { return };
+            if self.nodes[xpp].left == Some(xp) {
+                match self.nodes[xpp].right.filter(|&u| self.nodes[u].red) {
+                    Some(uncle) => {
+                        self.nodes[uncle].red = false;
+                        self.nodes[xp].red = false;
+                        self.nodes[xpp].red = true;
+                        x = xpp;
+                    }
+                    None => {
+                        let mut xp = xp;
+                        let mut xpp = Some(xpp);
+                        if self.nodes[xp].right == Some(x) {
+                            x = xp;
+                            self.rotate_left(x);
+                            xp = match self.nodes[x].parent {
+                                Some(p) => p,
+                                None => return,
+                            };
+                            xpp = self.nodes[xp].parent;
+                        }
+                        self.nodes[xp].red = false;
+                        if let Some(g) = xpp {
+                            self.nodes[g].red = true;
+                            self.rotate_right(g);
+                        }
+                    }
+                }
+            } else {
+                match self.nodes[xpp].left.filter(|&u| self.nodes[u].red) {
+                    Some(uncle) => {
+                        self.nodes[uncle].red = false;
+                        self.nodes[xp].red = false;
+                        self.nodes[xpp].red = true;
+                        x = xpp;
+                    }
+                    None => {
+                        let mut xp = xp;
+                        let mut xpp = Some(xpp);
+                        if self.nodes[xp].left == Some(x) {
+                            x = xp;
+                            self.rotate_right(x);
+                            xp = match self.nodes[x].parent {
+                                Some(p) => p,
+                                None => return,
+                            };
+                            xpp = self.nodes[xp].parent;
+                        }
+                        self.nodes[xp].red = false;
+                        if let Some(g) = xpp {
+                            self.nodes[g].red = true;
+                            self.rotate_left(g);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn rotate_left(&mut self, p: usize) {
+        let Some(r) = self.nodes[p].right else { return };
+        let rl = self.nodes[r].left;
+        self.nodes[p].right = rl;
+        if let Some(rl) = rl {
+            self.nodes[rl].parent = Some(p);
+        }
+        let pp = self.nodes[p].parent;
+        self.nodes[r].parent = pp;
+        match pp {
+            None => {
+                self.root = r;
+                self.nodes[r].red = false;
+            }
+            Some(pp) if self.nodes[pp].left == Some(p) => self.nodes[pp].left = Some(r),
+            Some(pp) => self.nodes[pp].right = Some(r),
+        }
+        self.nodes[r].left = Some(p);
+        self.nodes[p].parent = Some(r);
+    }
+
+    fn rotate_right(&mut self, p: usize) {
+        let Some(l) = self.nodes[p].left else { return };
+        let lr = self.nodes[l].right;
+        self.nodes[p].left = lr;
+        if let Some(lr) = lr {
+            self.nodes[lr].parent = Some(p);
+        }
+        let pp = self.nodes[p].parent;
+        self.nodes[l].parent = pp;
+        match pp {
+            None => {
+                self.root = l;
+                self.nodes[l].red = false;
+            }
+            Some(pp) if self.nodes[pp].right == Some(p) => self.nodes[pp].right = Some(l),
+            Some(pp) => self.nodes[pp].left = Some(l),
+        }
+        self.nodes[l].right = Some(p);
+        self.nodes[p].parent = Some(l);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &K> {
+        self.order.iter().map(|&i| &self.nodes[i].key)
+    }
+
+    fn into_nodes(self) -> Vec<(i32, K)> {
+        let mut slots: Vec<Option<TreeNode<K>>> = self.nodes.into_iter().map(Some).collect();
+        self.order.iter().filter_map(|&i| slots[i].take()).map(|n| (n.hash, n.key)).collect()
     }
 }
 
@@ -492,5 +759,17 @@ mod tests {
             m.put(i);
         }
         assert_eq!(m.table.len(), 256);
+        // Nine keys in one bin of 64: a tree bin. Keys 0, 64, ..., 512 (hash = value): the tree's root goes first,
+        // then the list order with each new node after its parent.
+        let mut t = HashMapOrder::with_capacity(64);
+        for k in (0..9).map(|i| i * 64) {
+            t.put(k);
+        }
+        assert!(matches!(t.table[0], HashBin::Tree(_)));
+        let order: Vec<i32> = t.iter().copied().collect();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..9).map(|i| i * 64).collect::<Vec<_>>());
+        assert_eq!(order[0], 64 * 3, "the root of the red-black tree of 0..=8 inserted in order");
     }
 }

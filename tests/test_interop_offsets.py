@@ -11,8 +11,9 @@ iteration order depends on how the table came to be, not only on what it holds:
 
 RocketMQ 5.3.1's file is compared whole (the `dataVersion` values aside: each side stamps its own clock);
 RocketMQ 4.9.7 writes only `offsetTable` (no `dataVersion`, no `groupTopicMap`), which is compared. Some tables
-get keys whose hashes collide in the low 11 bits and queue ids that share a bin, so that bins become trees
-(where new keys go first) and small maps grow early (`tryPresize`).
+get keys whose hashes collide in the low 11 bits, groups and topics whose hashes are equal, and queue ids that
+share a bin, so that bins become trees (a ConcurrentHashMap puts new keys first there; a HashMap orders them by
+its red-black tree) and small maps grow early (`tryPresize`).
 
 `RMQ_OFFSET_TABLES` sets the number of tables per history and version (default 2; `RMQ_OFFSET_SEED` the seed).
 Like tests/test_interop.py, this needs Java and Maven: it skips without them on a developer machine and fails
@@ -21,6 +22,7 @@ on CI.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
@@ -106,6 +108,11 @@ def history(rng: random.Random, n_keys: int, n_commits: int, *, colliders: bool,
             g, t = random_name(rng, "GC"), random_name(rng, "TC")
             by_bin.setdefault(spread(java_hash(f"{t}@{g}")) & 2047, []).append((g, t))
         keys |= set(next(v for v in by_bin.values() if len(v) >= 12)[:12])
+        # Names with equal hashCodes ("Aa" and "BB" hash alike): 16 groups in one bin of groupTopicMap's HashMap,
+        # 16 topics in one bin of a group's HashSet, and keys that collide whole in offsetTable.
+        same = ["".join(p) for p in itertools.product(("Aa", "BB"), repeat=4)]
+        rng.shuffle(same)
+        keys |= {(f"GH{x}", "TopicH") for x in same} | {("GH", f"TH{x}") for x in same}
     key_list = sorted(keys)
     queues: dict[tuple[str, str], list[int]] = {}
     for k in key_list:
