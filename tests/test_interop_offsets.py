@@ -15,7 +15,8 @@ get keys whose hashes collide in the low 11 bits, groups and topics whose hashes
 share a bin, so that bins become trees (a ConcurrentHashMap puts new keys first there; a HashMap orders them by
 its red-black tree) and small maps grow early (`tryPresize`).
 
-`RMQ_OFFSET_TABLES` sets the number of tables per history and version (default 2; `RMQ_OFFSET_SEED` the seed).
+`RMQ_OFFSET_TABLES` sets the number of tables per history and version (default 1, `make interop-offsets` 15;
+`RMQ_OFFSET_SEED` the seed).
 Like tests/test_interop.py, this needs Java and Maven: it skips without them on a developer machine and fails
 on CI.
 """
@@ -38,7 +39,7 @@ from rmq.offsets import ConsumerOffsetManager
 HERE = Path(__file__).parent
 PROJECT = HERE / "interop" / "offsets"
 VERSIONS = ("5.3.1", "4.9.7")
-TABLES = int(os.environ.get("RMQ_OFFSET_TABLES", "2"))
+TABLES = int(os.environ.get("RMQ_OFFSET_TABLES", "1"))
 JAVA_REQUIRED = os.environ.get("RMQ_REQUIRE_JAVA") == "1" or os.environ.get("CI", "").lower() in ("1", "true")
 
 Op = tuple[str, str, str, int, int]  # ("c", group, topic, queue id, offset) or ("r", group, "", 0, 0)
