@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash interop-fixture
+.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash interop-fixture interop-offsets
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ fuzz:
 # Every public call under hostile arguments, 400 Hypothesis examples per entry point (make test runs 20).
 hostile: build
 	HOSTILE_EXAMPLES=400 $(PY) -m pytest -q tests/test_hostile_args.py
+
+# consumerOffset.json against RocketMQ 5.3.1 and 4.9.7 at length: 15 tables per history and version
+# (`make test` compares 1).
+interop-offsets: build
+	RMQ_OFFSET_TABLES=15 $(PY) -m pytest -q -s tests/test_interop_offsets.py
 
 # The kill -9 suite at length (`make test` runs 300 kills of it).
 CRASH_KILLS ?= 5000

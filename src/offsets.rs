@@ -15,11 +15,16 @@
 //! \t\t"<group>":["<topic>",...],          HashMap(128) order; topics in HashSet(8) order
 //! \t},
 //! \t"offsetTable":{                        (or {})
-//! \t\t"<topic>@<group>":{<queue id>:<offset>,...      ConcurrentHashMap(512) order; queue ids ascending
+//! \t\t"<topic>@<group>":{<queue id>:<offset>,...      the table's order; queue ids in their map's order
 //! \t\t},
 //! \t}
 //! }
 //! ```
+//!
+//! Both orders are those of `ConcurrentHashMap`s whose history decides them: [`BrokerTable`] follows the
+//! broker's maps through every commit, load and removal ([`crate::java::ConcurrentHashMapOrder`]), so rmq
+//! persists the bytes RocketMQ 5.3.1 persists after the same history (RocketMQ 4.9.x: the same `offsetTable`;
+//! its file has nothing else). Proven against both with randomized tables in `tests/test_interop_offsets.py`.
 //!
 //! Strings are escaped as fastjson does: `"`, `\`, `\n`, `\r`, `\t`, `\b`, `\f` by name, other control
 //! characters and DEL as `\uXXXX`, everything else (non-ASCII included) as is.
@@ -30,17 +35,23 @@
 //! or whose `offsetTable` is not an object, is refused as a whole ([`FormatError`], with the byte position);
 //! [`salvage`] then recovers the entries that still parse on their own.
 
-use crate::java::hash_map_order;
+use std::collections::HashMap;
+
+use crate::java::{ConcurrentHashMapOrder, HashMapOrder};
+
+pub mod journal;
 
 /// `TOPIC_GROUP_SEPARATOR`: table keys are `topic@group`.
 pub const TOPIC_GROUP_SEPARATOR: char = '@';
 
-/// Bins of the broker's `offsetTable` (`new ConcurrentHashMap<>(512)` has 1 024 bins).
-const OFFSET_TABLE_BINS: usize = 1024;
-/// Bins of the `groupTopicMap` fastjson builds (`new HashMap<>(128)`).
-const GROUP_MAP_BINS: usize = 128;
-/// Bins of each group's topic set (`new HashSet<>(8)`).
-const TOPIC_SET_BINS: usize = 8;
+/// The broker's `offsetTable` is `new ConcurrentHashMap<>(512)` (1 024 bins).
+const OFFSET_TABLE_CAPACITY: usize = 512;
+/// `commitOffset` gives a new `topic@group` a `new ConcurrentHashMap<>(32)` (64 bins).
+const QUEUE_MAP_CAPACITY: usize = 32;
+/// `getGroupTopicMap` builds a `new HashMap<>(128)`.
+const GROUP_MAP_CAPACITY: usize = 128;
+/// ... of `new HashSet<>(8)`s.
+const TOPIC_SET_CAPACITY: usize = 8;
 /// Nesting deeper than this is not a consumerOffset.json (and would only cost stack).
 const MAX_DEPTH: usize = 64;
 
@@ -112,48 +123,173 @@ fn quote(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// `ConsumerOffsetManager.encode(true)`: the exact text RocketMQ 5.3.1's broker writes for the same commits
-/// made in the same order (`table` in insertion order). Queue ids are written ascending.
-pub fn encode(table: &[(String, QueueOffsets)], version: &DataVersion) -> String {
+/// One `topic@group` entry as the broker holds it: a `ConcurrentMap<Integer, Long>` of queue id to offset.
+#[derive(Debug, Clone)]
+struct Queues {
+    order: ConcurrentHashMapOrder<i32>,
+    offsets: HashMap<i32, i64>,
+}
+
+impl Queues {
+    fn put(&mut self, queue_id: i32, offset: i64) {
+        self.order.put(queue_id);
+        self.offsets.insert(queue_id, offset);
+    }
+
+    fn in_order(&self) -> QueueOffsets {
+        self.order.iter().map(|q| (*q, self.offsets.get(q).copied().unwrap_or_default())).collect()
+    }
+}
+
+/// The offset table as RocketMQ's broker holds it, so that it encodes to the broker's bytes: the maps' Java
+/// iteration orders are followed through every change, since they depend on the history of the table (where it
+/// came from, the order keys and queues arrived in, and removals), not only on its content.
+///
+/// [`BrokerTable::new`] is the table of a broker that loaded nothing (`new ConcurrentHashMap<>(512)`), where
+/// each new `topic@group` gets a `new ConcurrentHashMap<>(32)`; [`BrokerTable::decoded`] the table fastjson
+/// builds when the broker loads a file (`new ConcurrentHashMap<>()` for the table and for each entry, filled in
+/// file order). Both RocketMQ 5.3.1 and 4.9.x hold their tables this way.
+#[derive(Debug, Clone)]
+pub struct BrokerTable {
+    order: ConcurrentHashMapOrder<String>,
+    entries: HashMap<String, Queues>,
+}
+
+impl Default for BrokerTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BrokerTable {
+    /// The table of a broker that has loaded nothing.
+    pub fn new() -> Self {
+        BrokerTable { order: ConcurrentHashMapOrder::with_capacity(OFFSET_TABLE_CAPACITY), entries: HashMap::new() }
+    }
+
+    /// The table fastjson builds from a file's entries (`table` in file order, as [`decode`] returns them).
+    pub fn decoded(table: &[(String, QueueOffsets)]) -> Self {
+        let mut t = BrokerTable { order: ConcurrentHashMapOrder::new(), entries: HashMap::new() };
+        for (key, queues) in table {
+            t.insert_decoded(key, queues);
+        }
+        t
+    }
+
+    /// Adds one entry as fastjson does while decoding: a new `ConcurrentHashMap` filled in order, then put
+    /// into the table (replacing an entry of the same key in place).
+    pub fn insert_decoded(&mut self, key: &str, queues: &[(i32, i64)]) {
+        let mut q = Queues { order: ConcurrentHashMapOrder::new(), offsets: HashMap::new() };
+        for &(id, offset) in queues {
+            q.put(id, offset);
+        }
+        self.order.put(key.to_owned());
+        self.entries.insert(key.to_owned(), q);
+    }
+
+    /// `commitOffset(key, queueId, offset)`.
+    pub fn commit(&mut self, key: &str, queue_id: i32, offset: i64) {
+        match self.entries.get_mut(key) {
+            Some(q) => q.put(queue_id, offset),
+            None => {
+                let mut q = Self::new_queues();
+                q.put(queue_id, offset);
+                self.order.put(key.to_owned());
+                self.entries.insert(key.to_owned(), q);
+            }
+        }
+    }
+
+    /// An entry without queues (no commit makes one; a table handed to [`encode`] may have it), created as a
+    /// commit creates one.
+    pub fn add_empty(&mut self, key: &str) {
+        if !self.entries.contains_key(key) {
+            self.order.put(key.to_owned());
+            self.entries.insert(key.to_owned(), Self::new_queues());
+        }
+    }
+
+    fn new_queues() -> Queues {
+        Queues { order: ConcurrentHashMapOrder::with_capacity(QUEUE_MAP_CAPACITY), offsets: HashMap::new() }
+    }
+
+    /// Removes an entry (`offsetTable.remove(key)`); returns whether it was there.
+    pub fn remove(&mut self, key: &str) -> bool {
+        let key = key.to_owned();
+        self.entries.remove(&key);
+        self.order.remove(&key)
+    }
+
+    /// The committed offset of one queue.
+    pub fn get(&self, key: &str, queue_id: i32) -> Option<i64> {
+        self.entries.get(key)?.offsets.get(&queue_id).copied()
+    }
+
+    /// Whether `key` has an entry.
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// One entry's queues in the broker's order.
+    pub fn queues(&self, key: &str) -> Option<QueueOffsets> {
+        self.entries.get(key).map(Queues::in_order)
+    }
+
+    /// Keys in the broker's order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(String::as_str)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries in the broker's order, each with its queues in the broker's order.
+    pub fn in_order(&self) -> OffsetTable {
+        self.order.iter().filter_map(|k| Some((k.clone(), self.entries.get(k)?.in_order()))).collect()
+    }
+}
+
+/// `ConsumerOffsetManager.encode(true)` of RocketMQ 5.3.1 (what its persist writes): the exact text for the
+/// table. RocketMQ 4.9.x writes the same `offsetTable` (only `offsetTable`: it has no `dataVersion` and no
+/// `groupTopicMap`, and ignores them when it reads).
+pub fn encode(table: &BrokerTable, version: &DataVersion) -> String {
     let mut out = String::with_capacity(128 + table.len() * 64);
     out.push_str("{\n\t\"dataVersion\":{\n");
     out.push_str(&format!(
         "\t\t\"counter\":{},\n\t\t\"stateVersion\":{},\n\t\t\"timestamp\":{}\n\t}},\n",
         version.counter, version.state_version, version.timestamp
     ));
-    let keys: Vec<&str> = table.iter().map(|(k, _)| k.as_str()).collect();
-    let order = hash_map_order(&keys, OFFSET_TABLE_BINS, true);
-    // groupTopicMap: fastjson walks offsetTable in its order; keys that do not split in two are left out.
-    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    for &i in &order {
-        let parts: Vec<&str> = keys[i].split(TOPIC_GROUP_SEPARATOR).collect();
-        if let [topic, group] = parts[..] {
-            match groups.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, topics)) => {
-                    if !topics.contains(&topic) {
-                        topics.push(topic);
-                    }
-                }
-                None => groups.push((group, vec![topic])),
-            }
+    // groupTopicMap: a HashMap(128) of HashSet(8)s filled walking offsetTable in its order; keys that do not
+    // split in two are left out.
+    let mut groups: HashMapOrder<&str> = HashMapOrder::with_capacity(GROUP_MAP_CAPACITY);
+    let mut topics: HashMap<&str, HashMapOrder<&str>> = HashMap::new();
+    for key in table.keys() {
+        if let [topic, group] = crate::java::split_java(key, TOPIC_GROUP_SEPARATOR)[..] {
+            groups.put(group);
+            topics.entry(group).or_insert_with(|| HashMapOrder::with_capacity(TOPIC_SET_CAPACITY)).put(topic);
         }
     }
-    if groups.is_empty() {
+    let group_order: Vec<&str> = groups.iter().copied().collect();
+    if group_order.is_empty() {
         out.push_str("\t\"groupTopicMap\":{},\n");
     } else {
         out.push_str("\t\"groupTopicMap\":{\n");
-        let names: Vec<&str> = groups.iter().map(|(g, _)| *g).collect();
-        let group_order = hash_map_order(&names, GROUP_MAP_BINS, false);
-        for (n, &gi) in group_order.iter().enumerate() {
-            let (group, topics) = &groups[gi];
+        for (n, group) in group_order.iter().enumerate() {
             out.push_str("\t\t");
             quote(&mut out, group);
             out.push_str(":[");
-            for (t, &ti) in hash_map_order(topics, TOPIC_SET_BINS, false).iter().enumerate() {
+            for (t, topic) in topics.get(group).into_iter().flat_map(HashMapOrder::iter).enumerate() {
                 if t > 0 {
                     out.push(',');
                 }
-                quote(&mut out, topics[ti]);
+                quote(&mut out, topic);
             }
             out.push(']');
             if n + 1 < group_order.len() {
@@ -168,17 +304,15 @@ pub fn encode(table: &[(String, QueueOffsets)], version: &DataVersion) -> String
         return out;
     }
     out.push_str("\t\"offsetTable\":{\n");
-    for (n, &i) in order.iter().enumerate() {
-        let (key, queues) = &table[i];
-        let mut sorted = queues.clone();
-        sorted.sort_by_key(|&(q, _)| q);
+    let entries = table.in_order();
+    for (n, (key, queues)) in entries.iter().enumerate() {
         out.push_str("\t\t");
         quote(&mut out, key);
         out.push_str(":{");
-        let body: Vec<String> = sorted.iter().map(|(q, o)| format!("{q}:{o}")).collect();
+        let body: Vec<String> = queues.iter().map(|(q, o)| format!("{q}:{o}")).collect();
         out.push_str(&body.join(","));
-        out.push_str(if sorted.is_empty() { "}" } else { "\n\t\t}" });
-        if n + 1 < order.len() {
+        out.push_str(if queues.is_empty() { "}" } else { "\n\t\t}" });
+        if n + 1 < entries.len() {
             out.push(',');
         }
         out.push('\n');
@@ -193,8 +327,8 @@ pub fn encode(table: &[(String, QueueOffsets)], version: &DataVersion) -> String
 #[derive(Debug)]
 enum Value {
     Object(Vec<(Key, Value)>),
-    Array,
-    Str,
+    Array(Vec<Value>),
+    Str(Result<String, String>),
     Number(String),
     Bool,
     Null,
@@ -279,23 +413,24 @@ impl<'a> Parser<'a> {
             }
             Some(b'[') => {
                 self.pos += 1;
+                let mut items = Vec::new();
                 if self.peek() == Some(b']') {
                     self.pos += 1;
-                    return Ok(Value::Array);
+                    return Ok(Value::Array(items));
                 }
                 loop {
-                    self.value(depth + 1)?; // arrays (groupTopicMap) are checked for syntax, not kept
+                    items.push(self.value(depth + 1)?);
                     match self.peek() {
                         Some(b',') => self.pos += 1,
                         Some(b']') => {
                             self.pos += 1;
-                            return Ok(Value::Array);
+                            return Ok(Value::Array(items));
                         }
                         _ => return self.error("expected ',' or ']'"),
                     }
                 }
             }
-            Some(b'"') => self.string().map(|_| Value::Str),
+            Some(b'"') => self.string().map(Value::Str),
             Some(b'-' | b'0'..=b'9') => Ok(Value::Number(self.number()?)),
             Some(b't') => self.word("true").map(|_| Value::Bool),
             Some(b'f') => self.word("false").map(|_| Value::Bool),
@@ -429,8 +564,8 @@ fn as_long(v: &Value) -> Result<i64, String> {
 fn describe(v: &Value) -> &'static str {
     match v {
         Value::Object(_) => "an object",
-        Value::Array => "an array",
-        Value::Str => "a string",
+        Value::Array(_) => "an array",
+        Value::Str(_) => "a string",
         Value::Number(_) => "a number",
         Value::Bool => "a boolean",
         Value::Null => "null",
@@ -614,6 +749,17 @@ mod tests {
         pairs.to_vec()
     }
 
+    /// A fresh broker table after committing `table` in order.
+    fn broker(table: &[(String, QueueOffsets)]) -> BrokerTable {
+        let mut t = BrokerTable::new();
+        for (key, queues) in table {
+            for &(id, offset) in queues {
+                t.commit(key, id, offset);
+            }
+        }
+        t
+    }
+
     #[test]
     fn encodes_rocketmq_531_bytes() {
         let table: OffsetTable = vec![
@@ -625,7 +771,7 @@ mod tests {
         let decoded = decode(JAVA.as_bytes()).expect("the Java file decodes");
         assert!(decoded.issues.is_empty());
         assert_eq!(decoded.version.counter, 1);
-        assert_eq!(encode(&table, &decoded.version), JAVA);
+        assert_eq!(encode(&broker(&table), &decoded.version), JAVA);
     }
 
     #[test]
@@ -634,7 +780,7 @@ mod tests {
         let expected =
             "{\n\t\"dataVersion\":{\n\t\t\"counter\":0,\n\t\t\"stateVersion\":0,\n\t\t\"timestamp\":5\n\t},\n\
                         \t\"groupTopicMap\":{},\n\t\"offsetTable\":{}\n}";
-        assert_eq!(encode(&[], &v), expected);
+        assert_eq!(encode(&BrokerTable::new(), &v), expected);
     }
 
     #[test]
@@ -672,7 +818,7 @@ mod tests {
     fn salvage_keeps_entries_around_damage_and_before_a_tear() {
         let table: OffsetTable =
             (0..6).map(|i| (format!("T{i}@G"), q(&[(0, i64::from(i) * 10), (1, 7)]))).collect::<Vec<_>>();
-        let text = encode(&table, &DataVersion { counter: 4, state_version: 0, timestamp: 9 }).into_bytes();
+        let text = encode(&broker(&table), &DataVersion { counter: 4, state_version: 0, timestamp: 9 }).into_bytes();
         let full = decode(&text).expect("decodes").table;
         // Torn in the middle of an entry: every entry before the tear survives.
         let cut = find(&text, b"\"T3@G\"", 0).expect("present") + 8;
@@ -712,7 +858,7 @@ mod tests {
         #[test]
         fn flipped_bits_never_panic(flip in 0usize..400, bit in 0u8..8) {
             let table: OffsetTable = vec![("A@G".into(), q(&[(0, 5), (70, 1)])), ("B@G".into(), q(&[(2, -1)]))];
-            let mut text = encode(&table, &DataVersion::default()).into_bytes();
+            let mut text = encode(&broker(&table), &DataVersion::default()).into_bytes();
             let i = flip % text.len();
             text[i] ^= 1 << bit;
             let d = decode(&text).unwrap_or_else(|_| salvage(&text));
@@ -726,12 +872,14 @@ mod tests {
         )) {
             let mut table: OffsetTable = Vec::new();
             for (key, queues) in entries {
-                upsert(&mut table, key, queues.into_iter().collect());
+                if !queues.is_empty() {
+                    upsert(&mut table, key, queues.into_iter().collect());
+                }
             }
-            let text = encode(&table, &DataVersion { counter: 1, state_version: 2, timestamp: 3 });
+            let text = encode(&broker(&table), &DataVersion { counter: 1, state_version: 2, timestamp: 3 });
             let d = decode(text.as_bytes()).expect("what encode writes, decode reads");
             proptest::prop_assert!(d.issues.is_empty());
-            // The file holds the entries in Java's map order and each entry's queues ascending.
+            // The file holds the entries and each entry's queues in Java's map order.
             let sorted = |mut t: OffsetTable| {
                 t.iter_mut().for_each(|(_, q)| q.sort_unstable());
                 t.sort();
@@ -745,11 +893,10 @@ mod tests {
     fn escapes_round_trip() {
         let key = "\u{1}\u{7f}\"\\\u{8}\u{c}\r\t\n😀é@g".to_owned();
         let table: OffsetTable = vec![(key, q(&[(-5, i64::MIN), (i32::MAX, i64::MAX)]))];
-        let text = encode(&table, &DataVersion::default());
-        let d = decode(text.as_bytes()).expect("decodes");
-        let mut sorted = table.clone();
-        sorted[0].1.sort();
-        assert_eq!(d.table, sorted);
+        let text = encode(&broker(&table), &DataVersion::default());
+        let mut d = decode(text.as_bytes()).expect("decodes");
+        d.table[0].1.sort();
+        assert_eq!(d.table, table);
         assert!(d.issues.is_empty());
     }
 }

@@ -66,7 +66,7 @@ fn offset_statuses_and_next_begin_offsets() {
     let tmp = tempfile::tempdir().unwrap();
     let store = open_with(tmp.path(), config());
     let r = get(&store, 5, 32);
-    assert_eq!((r.status, r.next_begin_offset, r.min_offset, r.max_offset), (S::NoMatchedLogicQueue, 0, 0, 0));
+    assert_eq!((r.status, r.next_begin_offset, r.min_offset, r.max_offset), (S::NoMessageInQueue, 0, 0, 0));
     fill(&store, 8, 50, &[]);
     assert_eq!(summary(&get(&store, 8, 32)), (S::OffsetOverflowOne, 8, 0));
     assert_eq!(summary(&get(&store, 30, 32)), (S::OffsetOverflowBadly, 8, 0));

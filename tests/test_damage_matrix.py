@@ -263,10 +263,8 @@ KINDS = [
 
 # Damage that issue 15 still leaves unhandled, each listed with the outcome it has today, so that the matrix
 # guards everything else: a case outside this list that ends badly fails the test. Each entry is open work:
-# - a flipped byte in the offsets journal: its lines carry no checksum, so a damaged number still parses.
-KNOWN_BAD: dict[str, set[str]] = {
-    "consumerOffset.json.journal": {f"consumerOffset.json.journal: {w}, flip" for w in ("start", "middle", "end")},
-}
+# (none left: every case of the matrix ends well).
+KNOWN_BAD: dict[str, set[str]] = {}
 
 
 @pytest.mark.timeout(600)

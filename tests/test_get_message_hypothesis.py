@@ -73,7 +73,7 @@ def expected(queue: list[str | None], read: Read, cq_entries: int) -> tuple[S, i
     """(status, next begin offset, queue offsets returned, filtered count) per spec §13."""
     mx = len(queue)
     if mx == 0:
-        return S.NO_MATCHED_LOGIC_QUEUE, 0, [], 0
+        return S.NO_MESSAGE_IN_QUEUE, 0, [], 0
     if read.offset < 0:
         return S.OFFSET_TOO_SMALL, 0, [], 0
     if read.offset == mx:

@@ -3,7 +3,8 @@
 Both directions: a store written by RocketMQ's `DefaultMessageStore` opens in rmq and rmq's canonical
 description equals RocketMQ's; a store written by rmq opens in RocketMQ (its recovery keeping every
 consume-queue entry and index key) and RocketMQ's description equals rmq's. The same after a crash (the
-abort file left behind). consumerOffset.json: each side reads the other's file.
+abort file left behind). consumerOffset.json: each side reads the other's file. Every read call answers as
+RocketMQ does on queues and topics that do not exist and on offsets outside a queue's range.
 
 The live tests need Java and Maven. They skip without them on a developer machine, and fail on CI
 (`CI=true` or `RMQ_REQUIRE_JAVA=1`): an absent JVM must not pass silently. `test_fixture_*` check a store
@@ -285,7 +286,8 @@ def test_offsets_each_side_reads_the_other(java: Run, tmp_path: Path) -> None:
         "%RETRY%GID_A@GID_A": {0: 0},
         "Orders@G2": {100: 7},
     }
-    # Re-encoding what RocketMQ wrote gives its bytes back.
+    # Re-encoding what RocketMQ wrote gives its bytes back (this small table keeps its order through a reload;
+    # tests/test_interop_offsets.py covers the tables whose order a reload changes).
     m.persist()
     assert (tmp_path / "java.json").read_bytes() == (tmp_path / "java.json.bak").read_bytes()
     ours = ConsumerOffsetManager(tmp_path / "rmq.json")
@@ -406,3 +408,96 @@ def test_fixture_store_accepts_rmq_appends_and_keeps_rocketmq_bytes(fixture_copy
         assert r.queue_offset == nxt
         assert store.wait_dispatched()
         assert [m.body for m in store.query_message("TopicA", "rmq-append").messages] == [b"appended by rmq"]
+
+
+# -- RocketMQ's answers where a queue or topic does not exist ------------------------------------------------------
+
+LONG_MAX = 2**63 - 1
+
+
+def answer_probes(queues: dict[tuple[str, int], tuple[int, int]]) -> list[tuple[str, str, int, int]]:
+    """Probes of every read call: on each of `queues` ((topic, id) -> (min, max) offsets: below, at and above
+    its range), on a queue id its topic does not have, on topics that do not exist (each call first on a name
+    nothing touched, then again after that call created it in RocketMQ), with queue ids 0 and -1."""
+    probes: list[tuple[str, str, int, int]] = []
+
+    def every_call(t: str, q: int, lo: int, hi: int) -> None:
+        for off in sorted({-1, 0, lo - 1, lo, lo + 1, hi - 1, hi, hi + 1, 2**40}):
+            probes.append(("get", t, q, off))
+        probes.extend([("min", t, q, 0), ("max", t, q, 0)])
+        for ts in (-1, 0, 1, LONG_MAX):
+            probes.extend([("lower", t, q, ts), ("upper", t, q, ts)])
+        for off in sorted({-1, 0, lo - 1, lo, hi - 1, hi, 2**40}):
+            probes.extend([("phys", t, q, off), ("time", t, q, off)])
+
+    for (topic, qid), (lo, hi) in sorted(queues.items()):
+        every_call(topic, qid, lo, hi)
+    topic = min(t for t, _ in queues)
+    every_call(topic, max(q for t, q in queues if t == topic) + 1, 0, 0)
+    for n, call in enumerate(("get", "min", "max", "lower", "upper", "phys", "time")):
+        for q in (0, -1):
+            name = f"NoSuchTopic{n}{'neg' if q < 0 else ''}"
+            probes.append((call, name, q, 0))  # the first call that touches it
+            every_call(name, q, 0, 0)  # and every call after it
+    return probes
+
+
+def rmq_answers(store_dir: Path, probes: list[tuple[str, str, int, int]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    with rmq.MessageStore(store_dir, CONFIG) as store:
+        for call, topic, q, arg in probes:
+            result: Any
+            if call == "get":
+                r = store.get_message("interop", topic, q, arg, 32)
+                result = {
+                    "status": r.status.name,
+                    "nextBeginOffset": r.next_begin_offset,
+                    "minOffset": r.min_offset,
+                    "maxOffset": r.max_offset,
+                    "count": len(r.messages),
+                }
+            elif call == "min":
+                result = store.get_min_offset_in_queue(topic, q)
+            elif call == "max":
+                result = store.get_max_offset_in_queue(topic, q)
+            elif call in ("lower", "upper"):
+                boundary = rmq.BoundaryType.LOWER if call == "lower" else rmq.BoundaryType.UPPER
+                result = store.get_offset_in_queue_by_time(topic, q, arg, boundary)
+            elif call == "phys":
+                result = store.get_commitlog_offset_in_queue(topic, q, arg)
+            else:
+                result = store.get_message_store_timestamp(topic, q, arg)
+            out.append({"call": call, "topic": topic, "queueId": q, "arg": arg, "result": result})
+    return out
+
+
+def test_missing_queues_and_offsets_out_of_range_answer_as_rocketmq(
+    java: Run, java_stores: dict[str, Path], tmp_path: Path
+) -> None:
+    """Every read call on queues and topics that do not exist, and on offsets below, at and above a queue's
+    range, answers exactly what RocketMQ 5.3.1's DefaultMessageStore answers, and rmq creates no file for them."""
+    theirs_dir, ours_dir = tmp_path / "java", tmp_path / "rmq"
+    shutil.copytree(java_stores["clean"], theirs_dir)
+    # TopicA/0 loses its first consume-queue file (as retention removes it), so its range starts above 0.
+    first = sorted((theirs_dir / "consumequeue" / "TopicA" / "0").iterdir())[0]
+    first.unlink()
+    shutil.copytree(theirs_dir, ours_dir)
+    with rmq.MessageStore(ours_dir, CONFIG) as store:
+        queues = {
+            (t, q): (store.get_min_offset_in_queue(t, q), store.get_max_offset_in_queue(t, q))
+            for t in ("TopicA", "TopicB")
+            for q in store.queue_ids(t)
+        }
+    assert queues[("TopicA", 0)][0] == 8 and all(hi > 0 for _, hi in queues.values())
+    probes = answer_probes(queues)
+    probe_file = tmp_path / "probes.txt"
+    probe_file.write_text("".join(f"{c} {t.encode().hex()} {q} {a}\n" for c, t, q, a in probes))
+    java("answers", theirs_dir, probe_file, tmp_path / "java.jsonl")
+    theirs = [json.loads(line) for line in (tmp_path / "java.jsonl").read_text().splitlines() if line.strip()]
+    before = sorted(p.relative_to(ours_dir) for p in ours_dir.rglob("*"))
+    ours = rmq_answers(ours_dir, probes)
+    after = sorted(p.relative_to(ours_dir) for p in ours_dir.rglob("*"))
+    assert after == before, "rmq created files for queues that do not exist"
+    differ = [(o, t) for o, t in zip(ours, theirs, strict=True) if o != t]
+    assert not differ, f"{len(differ)} of {len(probes)} answers differ, first: {differ[:5]}"
+    print(f"\n{len(probes)} answers equal to RocketMQ's")

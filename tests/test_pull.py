@@ -46,7 +46,7 @@ def test_get_message_found_lazy_and_raw(small_store: rmq.MessageStore) -> None:
         (0, 10, S.OFFSET_OVERFLOW_ONE, 10),
         (0, 99, S.OFFSET_OVERFLOW_BADLY, 10),
         (0, -5, S.OFFSET_TOO_SMALL, 0),
-        (3, 7, S.NO_MATCHED_LOGIC_QUEUE, 0),
+        (3, 7, S.NO_MESSAGE_IN_QUEUE, 0),
     ],
 )
 def test_get_message_offset_statuses(

@@ -20,7 +20,6 @@ wins over the committed one; committing a smaller offset is allowed (consumers m
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -77,11 +76,12 @@ class DataVersion:
 @dataclass(frozen=True)
 class OffsetIssue:
     """Something `load()` left out: which file, which `topic@group` entry (None for the file as a whole or a
-    journal line), and why."""
+    journal line), why, and where (the byte offset of a journal line; None otherwise)."""
 
     file: str
     key: str | None
     reason: str
+    offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,22 +170,6 @@ def _check_lookup(group: object, topic: object) -> tuple[str, str]:
     return _args.text(group, "group"), _args.text(topic, "topic")
 
 
-def _journal_entry(line: bytes) -> tuple[int, str, str, int, int]:
-    """One journal line `[tag, group, topic, queue_id, offset]`, checked as `commit_offset` checks a commit."""
-    entry = json.loads(line)
-    if not isinstance(entry, list) or len(entry) != 5:
-        raise ValueError("not a list of 5 fields")
-    tag, group, topic, queue_id, offset = entry
-    g, t = _check_names(group, topic)
-    return (
-        _args.java_long(tag, "tag"),
-        g,
-        t,
-        _args.queue_id(queue_id),
-        _args.java_long(offset, "offset"),
-    )
-
-
 class ConsumerOffsetManager:
     """Committed consumer offsets per (group, topic, queue), persisted to `consumerOffset.json`.
 
@@ -210,7 +194,7 @@ class ConsumerOffsetManager:
         start = _args.boolean(start_thread, "start_thread")
         self._lock = threading.Lock()  # guards the tables
         self._persist_lock = threading.Lock()  # one writer of the file at a time
-        self._offsets: dict[str, dict[int, int]] = {}
+        self._offsets = _native.BrokerOffsetTable()  # the broker's maps, so persist writes the broker's bytes
         self._reset: dict[str, dict[int, int]] = {}
         self._pull: dict[str, dict[int, int]] = {}
         self._version = DataVersion()
@@ -219,7 +203,7 @@ class ConsumerOffsetManager:
         self._persisted_seq = -1
         self._journal_fd: int | None = None
         self._journal_bytes = 0
-        self._journal_since: list[str] = []
+        self._journal_since: list[bytes] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: What the last `load()` left out or fell back from (damaged entries, files, journal lines).
@@ -286,7 +270,7 @@ class ConsumerOffsetManager:
                 src = self.path if chosen is main else self.bak_path
                 issues.append(OffsetIssue(str(src), key, reason))
             with self._lock:
-                self._offsets = chosen.table
+                self._offsets = _native.BrokerOffsetTable.loaded(chosen.table)
                 self._version = chosen.version
                 self._changes = self._replay_journal_locked(chosen.version.counter, issues)
                 self._seq += 1
@@ -294,7 +278,7 @@ class ConsumerOffsetManager:
             return True
         ok = not (self.path.exists() or self.bak_path.exists())
         with self._lock:
-            self._offsets = {}
+            self._offsets = _native.BrokerOffsetTable()
             self._changes = self._replay_journal_locked(0, issues) if ok else 0
             self._seq += 1
         self._report(issues)
@@ -331,39 +315,35 @@ class ConsumerOffsetManager:
     def _replay_journal_locked(self, counter: int, issues: list[OffsetIssue]) -> int:
         """Applies the journal's commits made on top of snapshot `counter` or later, in order; returns how many.
 
-        A torn last line (a crash mid-append) or a damaged line is skipped and reported in `issues`.
+        A torn last line (a kill during an append) and each damaged line (checksum or fields that do not verify)
+        is left out and reported in `issues` with its byte offset; every other line is applied.
         """
+        path = str(self.journal_path)
         try:
             data = self.journal_path.read_bytes()
         except FileNotFoundError:
             return 0
         except OSError as e:
-            issues.append(OffsetIssue(str(self.journal_path), None, f"cannot be read: {e}"))
+            issues.append(OffsetIssue(path, None, f"cannot be read: {e}"))
             return 0
+        entries, left_out, _ = _native.decode_journal(data)
+        for at, line, torn, why in left_out:
+            what = "torn last line" if torn else "damaged line"
+            issues.append(OffsetIssue(path, None, f"{what} {line} at byte {at} left out: {why}", at))
         applied = 0
-        lines = data.split(b"\n")
-        for n, line in enumerate(lines, 1):
-            if not line:
-                continue
-            try:
-                tag, group, topic, queue_id, offset = _journal_entry(line)
-            except (ValueError, TypeError) as e:
-                torn = n == len(lines)
-                why = "torn last line (a crash during an append)" if torn else f"damaged line ({e})"
-                issues.append(OffsetIssue(str(self.journal_path), None, f"line {n} left out: {why}"))
-                continue
+        for tag, group, topic, queue_id, offset in entries:
             if tag < counter:
                 continue
-            self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
+            self._offsets.commit(_key(topic, group), queue_id, offset)
             applied += 1
         return applied
 
     def encode(self) -> str:
         """The file content for the current table (fastjson's pretty print)."""
         with self._lock:
-            table = {k: dict(v) for k, v in self._offsets.items()}
+            table = self._offsets.copy()
             version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
-        return encode_offsets(table, version)
+        return table.encode(version.counter, version.state_version, version.timestamp)
 
     def persist(self, *, sync: bool = True) -> None:
         """Writes the table atomically, keeping the previous file as `.bak`.
@@ -386,9 +366,9 @@ class ConsumerOffsetManager:
                     self._changes = 0
                 written = self._seq
                 self._journal_since = []  # journal lines from here on are not in this snapshot
-                table = {k: dict(v) for k, v in self._offsets.items()}
+                table = self._offsets.copy()
                 version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
-            text = encode_offsets(table, version)
+            text = table.encode(version.counter, version.state_version, version.timestamp)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             with open(tmp, "w", encoding="utf-8") as f:
@@ -415,13 +395,26 @@ class ConsumerOffsetManager:
         return self.path.with_name(self.path.name + ".journal")
 
     def _journal_append_locked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        line = json.dumps([self._version.counter, group, topic, queue_id, offset], separators=(",", ":")) + "\n"
+        record = _native.encode_journal_entry(self._version.counter, group, topic, queue_id, offset)
+        data = record
         if self._journal_fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(self._journal_fd, line.encode())
-        self._journal_bytes += len(line)
-        self._journal_since.append(line)
+            fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                keep = _native.decode_journal(os.pread(fd, size, 0))[2] if size else 0
+                if keep < size:
+                    os.ftruncate(fd, keep)  # the torn tail of an append a kill interrupted
+            except BaseException:
+                os.close(fd)
+                raise
+            self._journal_fd = fd
+            self._journal_bytes = keep
+            if keep == 0:
+                data = _native.OFFSETS_JOURNAL_HEADER + record
+        os.write(self._journal_fd, data)
+        self._journal_bytes += len(data)
+        self._journal_since.append(record)
 
     def _compact_journal(self) -> None:
         """After a snapshot: the journal keeps only the lines appended since (usually none)."""
@@ -436,9 +429,10 @@ class ConsumerOffsetManager:
                 self.journal_path.unlink(missing_ok=True)
                 return
             tmp = self.journal_path.with_name(self.journal_path.name + ".tmp")
-            tmp.write_text("".join(self._journal_since), encoding="utf-8")
+            data = _native.OFFSETS_JOURNAL_HEADER + b"".join(self._journal_since)
+            tmp.write_bytes(data)
             os.replace(tmp, self.journal_path)
-            self._journal_bytes = sum(len(x) for x in self._journal_since)
+            self._journal_bytes = len(data)
 
     # -- background persistence ------------------------------------------------------------------------
 
@@ -503,7 +497,7 @@ class ConsumerOffsetManager:
         offset = _args.java_long(offset, "offset")
         journal = _args.boolean(journal, "journal")
         with self._lock:
-            self._offsets.setdefault(_key(topic, group), {})[queue_id] = offset
+            self._offsets.commit(_key(topic, group), queue_id, offset)
             self._changes += 1
             self._seq += 1
             if journal:
@@ -520,30 +514,33 @@ class ConsumerOffsetManager:
             reset = self._reset.get(key)
             if reset is not None and queue_id in reset:
                 return reset[queue_id]
-            return self._offsets.get(key, {}).get(queue_id, -1)
+            committed = self._offsets.get(key, queue_id)
+            return -1 if committed is None else committed
 
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         """{queue id: committed offset} of the group on the topic (empty when unknown)."""
         key = _key(*reversed(_check_lookup(group, topic)))
         with self._lock:
-            return dict(self._offsets.get(key, {}))
+            return self._offsets.queues(key)
 
     def table(self) -> dict[str, dict[int, int]]:
         """A copy of the whole `offsetTable`."""
         with self._lock:
-            return {k: dict(v) for k, v in self._offsets.items()}
+            return self._offsets.to_dict()
 
     def groups(self) -> set[str]:
         """Groups with committed offsets (`whichGroupByTopic` over all topics)."""
         with self._lock:
-            return {p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2}
+            return {p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets.keys()) if len(p) == 2}
 
     def topics_of(self, group: str) -> set[str]:
         """Topics the group has committed offsets for (`whichTopicByConsumer`)."""
         group = _args.text(group, "group")
         with self._lock:
             return {
-                p[0] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2 and p[1] == group
+                p[0]
+                for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets.keys())
+                if len(p) == 2 and p[1] == group
             }
 
     def groups_of(self, topic: str) -> set[str]:
@@ -551,14 +548,18 @@ class ConsumerOffsetManager:
         topic = _args.text(topic, "topic")
         with self._lock:
             return {
-                p[1] for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets) if len(p) == 2 and p[0] == topic
+                p[1]
+                for p in (k.split(TOPIC_GROUP_SEPARATOR) for k in self._offsets.keys())
+                if len(p) == 2 and p[0] == topic
             }
 
     def remove_group(self, group: str) -> None:
         """`removeOffset(group)`: drops the group's committed, reset and pull offsets on every topic."""
         group = _args.text(group, "group")
         with self._lock:
-            for table in (self._offsets, self._reset, self._pull):
+            for key in [k for k in self._offsets.keys() if _group_of(k) == group]:
+                self._offsets.remove(key)
+            for table in (self._reset, self._pull):
                 for key in [k for k in table if _group_of(k) == group]:
                     del table[key]
             self._changes += 1
@@ -568,7 +569,9 @@ class ConsumerOffsetManager:
         """`cleanOffsetByTopic`: drops every group's offsets on exactly this topic."""
         topic = _args.text(topic, "topic")
         with self._lock:
-            for table in (self._offsets, self._reset, self._pull):
+            for key in [k for k in self._offsets.keys() if _topic_of(k) == topic]:
+                self._offsets.remove(key)
+            for table in (self._reset, self._pull):
                 for key in [k for k in table if _topic_of(k) == topic]:
                     del table[key]
             self._changes += 1
@@ -590,7 +593,7 @@ class ConsumerOffsetManager:
         key = _key(topic, group)
         with self._lock:
             self._reset.setdefault(key, {})[queue_id] = offset
-            self._offsets.setdefault(key, {})[queue_id] = offset
+            self._offsets.commit(key, queue_id, offset)
             self._changes += 1
             self._seq += 1
 

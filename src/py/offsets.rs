@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyDict, PyMapping};
 
 use super::args;
 use super::errors::to_py;
 use crate::error::Error;
-use crate::offsets::{self, DataVersion, OffsetTable};
+use crate::offsets::{self, journal, BrokerTable, DataVersion, OffsetTable};
 
 /// A `Mapping[str, Mapping[int, int]]` as an offset table in iteration order, every key and value checked.
 fn table_of(obj: &Bound<'_, PyAny>) -> PyResult<OffsetTable> {
@@ -34,7 +34,8 @@ fn table_of(obj: &Bound<'_, PyAny>) -> PyResult<OffsetTable> {
     Ok(table)
 }
 
-/// `ConsumerOffsetManager.encode(true)`: the file text for `table` (insertion order matters, as in Java's maps).
+/// `ConsumerOffsetManager.encode(true)` for a broker that received the commits of `table` in its iteration
+/// order (each key's queues in theirs).
 #[pyfunction]
 fn encode_offsets(
     table: &Bound<'_, PyAny>,
@@ -42,8 +43,111 @@ fn encode_offsets(
     #[pyo3(from_py_with = args::java_long)] state_version: i64,
     #[pyo3(from_py_with = args::java_long)] timestamp: i64,
 ) -> PyResult<String> {
-    let table = table_of(table)?;
-    Ok(offsets::encode(&table, &DataVersion { counter, state_version, timestamp }))
+    let mut broker = BrokerTable::new();
+    for (key, queues) in table_of(table)? {
+        broker.add_empty(&key);
+        for (id, offset) in queues {
+            broker.commit(&key, id, offset);
+        }
+    }
+    Ok(offsets::encode(&broker, &DataVersion { counter, state_version, timestamp }))
+}
+
+/// The offset table as RocketMQ's broker holds it ([`BrokerTable`]): every change goes through it so that it
+/// encodes to the broker's bytes. Not thread-safe on its own: `rmq.offsets` guards it with its lock.
+#[pyclass(module = "rmq._native")]
+#[derive(Clone)]
+struct BrokerOffsetTable {
+    table: BrokerTable,
+}
+
+#[pymethods]
+impl BrokerOffsetTable {
+    /// The table of a broker that loaded nothing.
+    #[new]
+    fn new() -> Self {
+        BrokerOffsetTable { table: BrokerTable::new() }
+    }
+
+    /// The table a broker holds after loading a file with these entries (in file order).
+    #[staticmethod]
+    fn loaded(table: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(BrokerOffsetTable { table: BrokerTable::decoded(&table_of(table)?) })
+    }
+
+    /// `commitOffset`: sets the offset of one queue of `topic@group` (`key`).
+    fn commit(
+        &mut self,
+        #[pyo3(from_py_with = args::text)] key: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] offset: i64,
+    ) {
+        self.table.commit(&key, queue_id, offset);
+    }
+
+    /// The offset of one queue, None when there is none.
+    fn get(&self, #[pyo3(from_py_with = args::text)] key: PyBackedStr, queue_id: i64) -> Option<i64> {
+        self.table.get(&key, i32::try_from(queue_id).ok()?)
+    }
+
+    /// {queue id: offset} of one key in the broker's order (empty when the key is unknown).
+    fn queues<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::text)] key: PyBackedStr,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (id, offset) in self.table.queues(&key).unwrap_or_default() {
+            out.set_item(id, offset)?;
+        }
+        Ok(out)
+    }
+
+    /// The keys in the broker's order.
+    fn keys(&self) -> Vec<String> {
+        self.table.keys().map(str::to_owned).collect()
+    }
+
+    /// Removes a key; returns whether it was there.
+    fn remove(&mut self, #[pyo3(from_py_with = args::text)] key: PyBackedStr) -> bool {
+        self.table.remove(&key)
+    }
+
+    /// {key: {queue id: offset}} in the broker's order.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (key, queues) in self.table.in_order() {
+            let q = PyDict::new(py);
+            for (id, offset) in queues {
+                q.set_item(id, offset)?;
+            }
+            out.set_item(key, q)?;
+        }
+        Ok(out)
+    }
+
+    /// An independent copy.
+    fn copy(&self) -> Self {
+        self.clone()
+    }
+
+    /// `ConsumerOffsetManager.encode(true)`: the file's text.
+    fn encode(
+        &self,
+        #[pyo3(from_py_with = args::java_long)] counter: i64,
+        #[pyo3(from_py_with = args::java_long)] state_version: i64,
+        #[pyo3(from_py_with = args::java_long)] timestamp: i64,
+    ) -> String {
+        offsets::encode(&self.table, &DataVersion { counter, state_version, timestamp })
+    }
+
+    fn __len__(&self) -> usize {
+        self.table.len()
+    }
+
+    fn __contains__(&self, #[pyo3(from_py_with = args::text)] key: PyBackedStr) -> bool {
+        self.table.contains(&key)
+    }
 }
 
 /// What `decode_offsets` returns: the table, (counter, state_version, timestamp), and the issues as
@@ -89,9 +193,45 @@ fn to_tuple(py: Python<'_>, decoded: offsets::Decoded) -> PyResult<DecodedTuple<
     Ok((table, (v.counter, v.state_version, v.timestamp), issues))
 }
 
+/// One journal record line (LF included) for a commit made on top of snapshot `snapshot`.
+#[pyfunction]
+fn encode_journal_entry(
+    #[pyo3(from_py_with = args::java_long)] snapshot: i64,
+    group: &Bound<'_, PyAny>,
+    topic: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+    #[pyo3(from_py_with = args::java_long)] offset: i64,
+) -> PyResult<Vec<u8>> {
+    let entry = journal::Entry {
+        snapshot,
+        group: args::text(group)?.to_string(),
+        topic: args::text(topic)?.to_string(),
+        queue_id,
+        offset,
+    };
+    Ok(journal::encode_entry(&entry).into_bytes())
+}
+
+/// What `decode_journal` returns: the records as (snapshot, group, topic, queue id, offset), the lines left out
+/// as (byte offset, line number, torn, reason), and the length up to the end of the last complete line.
+type JournalTuple = (Vec<(i64, String, String, i32, i64)>, Vec<(usize, usize, bool, String)>, usize);
+
+/// Reads a journal's bytes; never raises for their content.
+#[pyfunction]
+fn decode_journal(py: Python<'_>, #[pyo3(from_py_with = args::body)] data: PyBackedBytes) -> JournalTuple {
+    let j = py.detach(|| journal::decode(&data));
+    let entries = j.entries.into_iter().map(|e| (e.snapshot, e.group, e.topic, e.queue_id, e.offset)).collect();
+    let issues = j.issues.into_iter().map(|i| (i.offset, i.line, i.torn, i.reason)).collect();
+    (entries, issues, j.complete_len)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<BrokerOffsetTable>()?;
     m.add_function(wrap_pyfunction!(encode_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(decode_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(salvage_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_journal_entry, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_journal, m)?)?;
+    m.add("OFFSETS_JOURNAL_HEADER", pyo3::types::PyBytes::new(m.py(), journal::HEADER))?;
     Ok(())
 }

@@ -31,9 +31,10 @@ pub enum GetMessageStatus {
     OffsetOverflowOne,
     /// The offset is below the min offset.
     OffsetTooSmall,
-    /// The queue does not exist (nothing was ever dispatched to it).
+    /// The queue could not be found or created. RocketMQ 5.3.1's default store never answers it (it creates a
+    /// missing queue), and neither does rmq; kept for RocketMQ's full set.
     NoMatchedLogicQueue,
-    /// The queue exists and is empty (max offset 0).
+    /// The queue is empty (max offset 0), or does not exist (RocketMQ 5.3.1 creates it empty in memory).
     NoMessageInQueue,
 }
 
@@ -229,8 +230,10 @@ impl MessageStore {
         let _ = group;
         self.check_open()?;
         let Some(cq) = self.queues.find(topic, queue_id) else {
+            // RocketMQ 5.3.1's findConsumeQueue creates the queue (in memory) and reads it empty; rmq answers
+            // the same without creating anything.
             return Ok(GetMessageResult::status_only(
-                S::NoMatchedLogicQueue,
+                S::NoMessageInQueue,
                 self.next_offset_correction(offset, 0),
                 0,
                 0,

@@ -787,9 +787,10 @@ impl MessageStore {
         }
     }
 
-    /// `getMinOffsetInQueue`: −1 for a queue that does not exist.
+    /// `getMinOffsetInQueue`: 0 for a queue that does not exist (RocketMQ 5.3.1 creates it empty in memory; rmq
+    /// creates nothing).
     pub fn min_offset_in_queue(&self, topic: &str, queue_id: i32) -> i64 {
-        self.queues.find(topic, queue_id).map_or(-1, |cq| cq.min_offset() as i64)
+        self.queues.find(topic, queue_id).map_or(0, |cq| cq.min_offset() as i64)
     }
 
     /// The consume-queue entry at `queue_offset`.

@@ -88,6 +88,9 @@ public final class Harness {
             case "vectors":
                 vectors(args[1], args[2]);
                 break;
+            case "answers":
+                answers(args[1], args[2], args[3]);
+                break;
             default:
                 throw new IllegalArgumentException("unknown command " + args[0]);
         }
@@ -637,6 +640,74 @@ public final class Harness {
             store.shutdown();
         }
         Files.write(Paths.get(out), (String.join("\n", lines) + "\n").getBytes(StandardCharsets.UTF_8));
+    }
+
+    // -- answers ---------------------------------------------------------------------------------------------
+
+    /**
+     * Runs each probe of {@code probesFile} against the store, in order, and writes one JSON line per probe:
+     * {@code {"call":s,"topic":s,"queueId":I,"arg":L,"result":...}}. A probe line is {@code call topicHex queueId
+     * arg}: {@code get} (getMessage from offset arg, 32 messages, no filter; result: status, nextBeginOffset,
+     * minOffset, maxOffset, count), {@code min}, {@code max} (getMin/MaxOffsetInQueue), {@code lower},
+     * {@code upper} (getOffsetInQueueByTime at timestamp arg), {@code phys} (getCommitLogOffsetInQueue at queue
+     * offset arg), {@code time} (getMessageStoreTimeStamp at queue offset arg).
+     */
+    static void answers(String dir, String probesFile, String out) throws Exception {
+        DefaultMessageStore store = open(dir);
+        List<String> lines = new ArrayList<>();
+        for (String probe : Files.readAllLines(Path.of(probesFile), StandardCharsets.UTF_8)) {
+            if (probe.isBlank()) {
+                continue;
+            }
+            String[] f = probe.split(" ");
+            String topic = new String(java.util.HexFormat.of().parseHex(f[1]), StandardCharsets.UTF_8);
+            int q = Integer.parseInt(f[2]);
+            long arg = Long.parseLong(f[3]);
+            Object result;
+            switch (f[0]) {
+                case "get": {
+                    GetMessageResult r = store.getMessage(READ_GROUP, topic, q, arg, 32, null);
+                    Map<String, Object> o = new LinkedHashMap<>();
+                    o.put("status", r.getStatus().name());
+                    o.put("nextBeginOffset", r.getNextBeginOffset());
+                    o.put("minOffset", r.getMinOffset());
+                    o.put("maxOffset", r.getMaxOffset());
+                    o.put("count", r.getMessageCount());
+                    r.release();
+                    result = o;
+                    break;
+                }
+                case "min":
+                    result = store.getMinOffsetInQueue(topic, q);
+                    break;
+                case "max":
+                    result = store.getMaxOffsetInQueue(topic, q);
+                    break;
+                case "lower":
+                    result = store.getOffsetInQueueByTime(topic, q, arg, BoundaryType.LOWER);
+                    break;
+                case "upper":
+                    result = store.getOffsetInQueueByTime(topic, q, arg, BoundaryType.UPPER);
+                    break;
+                case "phys":
+                    result = store.getCommitLogOffsetInQueue(topic, q, arg);
+                    break;
+                case "time":
+                    result = store.getMessageStoreTimeStamp(topic, q, arg);
+                    break;
+                default:
+                    throw new IllegalArgumentException("unknown probe " + f[0]);
+            }
+            Map<String, Object> o = new LinkedHashMap<>();
+            o.put("call", f[0]);
+            o.put("topic", topic);
+            o.put("queueId", q);
+            o.put("arg", arg);
+            o.put("result", result);
+            lines.add(Json.write(o));
+        }
+        Files.write(Paths.get(out), (String.join("\n", lines) + "\n").getBytes(StandardCharsets.UTF_8));
+        store.shutdown();
     }
 
     // -- consumerOffset.json --------------------------------------------------------------------------------
