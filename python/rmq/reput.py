@@ -44,6 +44,9 @@ class ReputMessageService:
         self._idle_wait = idle_wait
         self._listeners: list[ArrivalListener] = []
         self._lock = threading.Lock()
+        # Held while a listener runs: `remove_listener` waits for a call in progress, and no call starts after
+        # it returns (reentrant, so a listener may remove itself).
+        self._calling = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: Records dispatched by this thread.
@@ -60,8 +63,9 @@ class ReputMessageService:
             self._listeners = [*self._listeners, listener]
 
     def remove_listener(self, listener: ArrivalListener) -> None:
-        """Stops calling `listener`."""
-        with self._lock:
+        """Stops calling `listener`: once this returns, it is not called again (a call in progress on the reput
+        thread is waited for, unless the listener removes itself from inside its call)."""
+        with self._calling, self._lock:
             self._listeners = [x for x in self._listeners if x is not listener]
 
     @property
@@ -111,10 +115,13 @@ class ReputMessageService:
             self.dispatched_records += records
             for topic, queue_id, next_offset in arrivals:
                 for listener in listeners:
-                    try:
-                        listener(topic, queue_id, next_offset)
-                    except Exception:
-                        log.exception("arrival listener %r failed", listener)
+                    with self._calling:
+                        if not any(x is listener for x in self._listeners):
+                            continue  # removed since this round began
+                        try:
+                            listener(topic, queue_id, next_offset)
+                        except Exception:
+                            log.exception("arrival listener %r failed", listener)
             if records == 0 and after == before:
                 store._wait_new_data(self._idle_wait)
             del store
