@@ -147,6 +147,46 @@ impl MappedFile {
         }
     }
 
+    /// The ranges of bytes `[from, size)` that may hold data: the file's data extents as the filesystem reports
+    /// them (`lseek` `SEEK_DATA`/`SEEK_HOLE`), so that a scan for non-zero bytes can skip holes and space
+    /// claimed but never written (`posix_fallocate`'s unwritten extents, which ext4 and XFS report as holes).
+    /// Where the filesystem cannot tell (or for an in-memory overlay file), the whole range.
+    pub fn data_ranges(&self, from: usize) -> Vec<(usize, usize)> {
+        let size = self.map.len();
+        let whole = if from < size { vec![(from, size)] } else { Vec::new() };
+        let Some(file) = &self.file else { return whole };
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        let seek = |pos: usize, whence: i32| -> Option<usize> {
+            let off = libc::off_t::try_from(pos).ok()?;
+            #[allow(unsafe_code)]
+            // SAFETY: a plain system call on a descriptor this `File` owns and keeps open for the call; no
+            // memory is passed. The descriptor's file position is not used by any other code (the mapping and
+            // positioned reads do not depend on it).
+            let r = unsafe { libc::lseek(fd, off, whence) };
+            usize::try_from(r).ok()
+        };
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < size {
+            let Some(data) = seek(at, libc::SEEK_DATA) else {
+                // ENXIO: no data at or after `at`. Anything else: the filesystem cannot tell.
+                let errno = std::io::Error::last_os_error().raw_os_error();
+                return if errno == Some(libc::ENXIO) { out } else { whole };
+            };
+            if data >= size {
+                break;
+            }
+            let hole = seek(data, libc::SEEK_HOLE).map_or(size, |h| h.min(size));
+            if hole <= data {
+                return whole;
+            }
+            out.push((data, hole));
+            at = hole;
+        }
+        out
+    }
+
     /// Where the file lives.
     pub fn storage(&self) -> Storage {
         self.storage
@@ -349,5 +389,37 @@ impl Drop for MappedFile {
         if self.delete_on_drop.load(Ordering::Acquire) {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod data_ranges_tests {
+    use super::*;
+
+    /// Every non-zero byte lies in a reported range, whatever the filesystem under the temp dir reports.
+    #[test]
+    fn data_ranges_cover_every_written_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let size = 4 << 20;
+        let f = MappedFile::create(&tmp.path().join("seg"), 0, size).unwrap();
+        let writes = [(0usize, 7usize), (300_000, 100), (2 << 20, 4096), (size as usize - 3, 3)];
+        for &(at, n) in &writes {
+            f.write_at(at, &vec![0xAB; n]).unwrap();
+        }
+        f.flush().unwrap();
+        let g = MappedFile::open(&tmp.path().join("seg"), 0, size).unwrap();
+        for from in [0usize, 5, 299_999, 1 << 20, size as usize - 1] {
+            let ranges = g.data_ranges(from);
+            assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "{ranges:?}");
+            for &(at, n) in &writes {
+                for b in at.max(from)..at + n {
+                    assert!(ranges.iter().any(|&(x, y)| x <= b && b < y), "byte {b} from {from}: {ranges:?}");
+                }
+            }
+        }
+        let overlay = MappedFile::open_in(Storage::Overlay, &tmp.path().join("seg"), 0, size).unwrap();
+        assert!(overlay.data_ranges(10).iter().any(|&(x, y)| x <= 300_000 && 300_000 < y));
+        assert_eq!(g.data_ranges(size as usize), Vec::new());
     }
 }

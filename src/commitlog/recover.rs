@@ -279,14 +279,17 @@ impl CommitLog {
     }
 
     /// One past the last non-zero byte at or after `p`, over every segment (`p` when all are zero).
+    /// Only the data extents the filesystem reports are read ([`MappedFile::data_ranges`]): a segment's tail that
+    /// was claimed and never written costs nothing.
     fn last_nonzero_end(&self, p: u64) -> u64 {
         let mut end = p;
         for f in self.queue.files().iter().filter(|f| f.end() > p) {
-            let from = p.max(f.start());
-            let bytes = f.slice((from - f.start()) as usize, (f.end() - from) as usize).unwrap_or_default();
-            let n = nonzero_extent(bytes) as u64;
-            if n > 0 {
-                end = from + n;
+            let from = (p.max(f.start()) - f.start()) as usize;
+            for (a, b) in f.data_ranges(from) {
+                let n = nonzero_extent(f.slice(a, b - a).unwrap_or_default());
+                if n > 0 {
+                    end = f.start() + (a + n) as u64;
+                }
             }
         }
         end
