@@ -31,10 +31,13 @@ fn write_at(file: &File, path: &Path, data: &[u8], pos: u64) -> Result<()> {
     file.write_all_at(data, pos).map_err(|e| Error::io(path, e))
 }
 
-/// fsync (`data_only`: fdatasync) through the fault seam.
+/// fsync (`data_only`: fdatasync) through the fault seam and the sync recorder.
 fn sync(file: &File, path: &Path, data_only: bool) -> Result<()> {
     fault::check(FaultPoint::Fsync, path).map_err(|e| Error::io(path, e))?;
-    if data_only { file.sync_data() } else { file.sync_all() }.map_err(|e| Error::io(path, e))
+    let pending = crate::sync_record::begin(path, || crate::sync_record::file_snapshot(path));
+    if data_only { file.sync_data() } else { file.sync_all() }.map_err(|e| Error::io(path, e))?;
+    crate::sync_record::commit(pending);
+    Ok(())
 }
 
 impl LockFile {
@@ -79,12 +82,17 @@ impl AbortFile {
     /// The marker's presence is what matters; its content is informative. Each file is made to exist (empty,
     /// which needs no disk space) before its content is written; when the disk is full the content is not
     /// written and the file stays empty rather than half-written. Other I/O errors are returned.
+    ///
+    /// The marker is durable before this returns (the file and then `root` are synced): a power loss after
+    /// anything this run writes must find it, or the next open would take unsynced remains for damage.
     pub fn create(root: &Path) -> Result<Self> {
         let path = root.join("abort");
         let bak = root.join("abort.bak");
         let previous = std::fs::read(&path).unwrap_or_default();
         write_marker(&bak, &previous)?;
-        write_marker(&path, std::process::id().to_string().as_bytes())?;
+        let file = write_marker(&path, std::process::id().to_string().as_bytes())?;
+        sync(&file, &path, false)?;
+        crate::mmap::sync_dir(root)?;
         Ok(AbortFile { path })
     }
 
@@ -98,12 +106,12 @@ impl AbortFile {
     }
 }
 
-/// Makes `path` exist holding `content`, or, when the disk is full, exist empty.
-fn write_marker(path: &Path, content: &[u8]) -> Result<()> {
+/// Makes `path` exist holding `content`, or, when the disk is full, exist empty. Returns the open file.
+fn write_marker(path: &Path, content: &[u8]) -> Result<File> {
     let file = OpenOptions::new().write(true).create(true).truncate(true).open(path).map_err(|e| Error::io(path, e))?;
     match write_at(&file, path, content, 0) {
-        Ok(()) => Ok(()),
-        Err(Error::DiskFull { .. }) => file.set_len(0).map_err(|e| Error::io(path, e)),
+        Ok(()) => Ok(file),
+        Err(Error::DiskFull { .. }) => file.set_len(0).map(|()| file).map_err(|e| Error::io(path, e)),
         Err(e) => Err(e),
     }
 }

@@ -34,7 +34,7 @@ impl FileQueue {
     /// Like RocketMQ, an empty last file (left by an interrupted creation) is deleted. Every other file must be
     /// exactly `file_size` bytes, carry a numeric name, and follow its predecessor without a gap.
     pub fn load(dir: &Path, file_size: u64) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        crate::mmap::create_dir_durable(dir)?;
         let mut names: Vec<(String, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let entry = entry.map_err(|e| Error::io(dir, e))?;

@@ -51,7 +51,7 @@ impl IndexService {
     /// [`IndexService::load`] with a clock for new file names (tests pin it to provoke name collisions).
     pub fn load_with_clock(dir: &Path, cfg: IndexConfig, clock: fn() -> i64) -> Result<Self> {
         cfg.validate()?;
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        crate::mmap::create_dir_durable(dir)?;
         let mut names = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let entry = entry.map_err(|e| Error::io(dir, e))?;

@@ -37,7 +37,7 @@ impl ConsumeQueueStore {
     /// Loads every queue directory under `dir` (created if missing). Directories that cannot be a topic or a
     /// queue id are left alone and returned as `skipped`, as RocketMQ ignores non-numeric queue directories.
     pub fn load(dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        crate::mmap::create_dir_durable(dir)?;
         let mut queues = QueueMap::new();
         let mut skipped = Vec::new();
         for topic_entry in read_dirs(dir)? {

@@ -42,7 +42,7 @@ impl MessageStore {
     pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
         config.validate()?;
         config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
-        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        crate::mmap::create_dir_durable(root)?;
         let lock = LockFile::acquire(root)?;
         let unclean_shutdown = AbortFile::exists(root);
         let checkpoint = StoreCheckpoint::open(root)?;
