@@ -301,7 +301,15 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
                         cap.at
                     )),
                 }
-                std::fs::remove_dir_all(&dir).unwrap();
+                if let (Some(keep), Some(last)) = (std::env::var_os("RMQ_POWER_KEEP"), failures.last()) {
+                    // Debugging aid: each failing image, built again (same seed) under $RMQ_POWER_KEEP.
+                    if last.contains(&format!("image seed {image_seed}:")) {
+                        let to = Path::new(&keep).join(format!("{mode:?}-{image_seed}"));
+                        std::fs::create_dir_all(&to).unwrap();
+                        sync_record::build_image(cap, &root, &to, image_seed).unwrap();
+                    }
+                }
+                let _ = std::fs::remove_dir_all(&dir);
             }
         }
     }

@@ -84,14 +84,18 @@ pub struct RecoverOptions {
     /// The previous run did not close cleanly (the abort file exists), so a torn append is possible.
     pub unclean: bool,
     /// The end of the highest record that a consume queue or the index refers to (0: none). Such records
-    /// were dispatched, hence committed: damage before this point cannot be a torn write.
+    /// were dispatched, hence committed: damage before this point cannot be a torn write (after a kill; a
+    /// power loss can keep a consume-queue page and lose the commitlog pages it points at).
     pub dispatched_end: u64,
+    /// The checkpoint's `physicMsgTimestamp` (0: none): every record stored before this time was flushed, so a
+    /// power loss cannot have lost its pages.
+    pub durable_timestamp: i64,
 }
 
 impl Default for RecoverOptions {
     /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell).
     fn default() -> Self {
-        RecoverOptions { mode: RecoveryMode::Strict, unclean: true, dispatched_end: 0 }
+        RecoverOptions { mode: RecoveryMode::Strict, unclean: true, dispatched_end: 0, durable_timestamp: 0 }
     }
 }
 
@@ -153,6 +157,12 @@ impl CommitLog {
         let end = loop {
             let (p, file, reason) = match cursor.next() {
                 None => break cursor.offset().min(last.end()),
+                // The body CRC does not cover the topic and properties: a record whose later page a power loss
+                // reverted to zeros still validates. Such a record is the first lost position.
+                Some(Step::Record(r)) if opts.unclean && tail_zeroed(&r) && lost_page_at(&r.file, r.offset()) => {
+                    let reason = "the record's topic or properties are zeros (a page lost in a power loss)".to_owned();
+                    (r.offset(), r.file.clone(), reason)
+                }
                 Some(Step::Record(_) | Step::Blank { .. }) => continue,
                 Some(Step::Missing { offset }) => break offset,
                 Some(Step::Zero { offset, file }) => (offset, file, "nothing was written here".to_owned()),
@@ -215,6 +225,16 @@ impl CommitLog {
             return Tail::Clean;
         }
         let following = self.valid_records_after(p);
+        // A power loss: pages written after the last sync reached the disk in any subset, so the first lost page
+        // may be followed by any later pages (and by consume-queue pages pointing at lost records). What is
+        // left at `p` shows it: zeros running to a page end inside the record. Records stored before the
+        // checkpoint's durable time were flushed and cannot be lost this way.
+        if opts.unclean
+            && lost_page_at(file, p)
+            && !following.iter().any(|(_, h)| h.store_timestamp < opts.durable_timestamp)
+        {
+            return Tail::Torn;
+        }
         if !opts.unclean || opts.dispatched_end > p {
             return Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() };
         }
@@ -305,6 +325,44 @@ impl CommitLog {
         report.removed_files += self.queue.remove_after(p) as u64;
         Ok(discarded)
     }
+}
+
+/// Whether a valid record's topic holds a zero byte, or its properties end in one (RocketMQ's properties end
+/// with the 0x02 separator): bytes a lost page leaves, which the body CRC does not see.
+fn tail_zeroed(r: &super::Record) -> bool {
+    let bytes = r.bytes();
+    r.header.topic(bytes).contains(&0) || r.header.properties(bytes).last() == Some(&0)
+}
+
+/// Whether the bytes at `p` (the first position of `file` that is neither a record nor a blank) are what a
+/// power loss leaves. A page that reverted to its older version holds, in an append-only file, the bytes synced
+/// before and then zeros to its end. An append writes its commit word (the first 8 bytes) last, so a version of
+/// the first record page that holds the commit word holds the rest of the record's bytes in that page too:
+/// - a header that gives a size (the commit word is there): a later page of the record ends in zeros that
+///   start inside the record;
+/// - a header that does not: the page (or pages) holding the first 8 bytes is zero from there to its end. (A
+///   kill leaves the first 8 bytes zero and the rest of the record written, which is not this shape.)
+fn lost_page_at(file: &MappedFile, p: u64) -> bool {
+    const PAGE: usize = 4096;
+    let Some(pos) = p.checked_sub(file.start()).and_then(|x| usize::try_from(x).ok()) else { return false };
+    let Some(bytes) = file.slice(pos, (file.size() as usize).saturating_sub(pos)) else { return false };
+    let total = bytes.get(..4).map_or(0, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let first_boundary = PAGE - pos % PAGE;
+    // Relative to `p`: where the pages to look at start, and how far into the record the zeros must begin.
+    let (mut lo, until) = match usize::try_from(total) {
+        Ok(t) if t > 8 && t <= bytes.len() => (first_boundary, t),
+        _ => (0, 8.min(bytes.len())),
+    };
+    while lo < until {
+        let hi = (lo + PAGE - (pos + lo) % PAGE).min(bytes.len());
+        let page = bytes.get(lo..hi).unwrap_or_default();
+        let zeros_from = lo + page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        if zeros_from < hi && zeros_from < until {
+            return true;
+        }
+        lo = hi;
+    }
+    false
 }
 
 fn strict_message(reason: &str, following: &[(u64, u64)]) -> String {

@@ -206,11 +206,17 @@ impl IndexService {
         i.checked_sub(1).and_then(|p| files.get(p)).cloned()
     }
 
-    /// Creates the next file, continuing the current one's end values, makes it current and flushes the
-    /// old one. Names come from the clock; a name not after the last file's (same millisecond, or a clock
-    /// that went back) becomes the last name's time + 1 ms, so names stay unique and ordered.
+    /// Flushes the current file, then creates the next one, continuing the current one's end values, and makes
+    /// it current. The flush comes first so that a file exists on disk only after every earlier one is durable:
+    /// a power loss can revert the newest file (re-dispatch from the last durable entry rebuilds it) but never
+    /// leave an empty file before a later one, whose end offset would make dispatch skip the keys lost with it.
+    /// Names come from the clock; a name not after the last file's (same millisecond, or a clock that went
+    /// back) becomes the last name's time + 1 ms, so names stay unique and ordered.
     fn roll(&self, current: &mut MutexGuard<'_, Option<Arc<IndexFile>>>) -> Result<Arc<IndexFile>> {
         let prev = current.clone();
+        if let Some(p) = &prev {
+            p.flush()?;
+        }
         let (prev_end, prev_ts) = prev.as_ref().map_or((0, 0), |f| (f.end_phy_offset(), f.end_timestamp()));
         let mut ms = (self.clock)();
         let mut name = index_file_name(ms);
@@ -233,8 +239,7 @@ impl IndexService {
         let file = Arc::new(IndexFile::create(&self.dir.join(&name), self.cfg, prev_end, prev_ts)?);
         self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(Arc::clone(&file));
         **current = Some(Arc::clone(&file));
-        if let Some(p) = prev {
-            p.flush()?;
+        if prev.is_some() {
             self.rolled_end_timestamp.fetch_max(prev_ts, std::sync::atomic::Ordering::AcqRel);
         }
         Ok(file)
