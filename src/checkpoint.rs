@@ -83,17 +83,20 @@ impl AbortFile {
     /// which needs no disk space) before its content is written; when the disk is full the content is not
     /// written and the file stays empty rather than half-written. Other I/O errors are returned.
     ///
-    /// The marker is durable before this returns (the file and then `root` are synced): a power loss after
-    /// anything this run writes must find it, or the next open would take unsynced remains for damage.
+    /// The marker is made durable before this returns (the file and then `root` are synced): a power loss after
+    /// anything this run writes must find it, or the next open would take unsynced remains for damage. On a
+    /// full disk (a sync failing with ENOSPC) the marker is left as written, so a full store still opens; it
+    /// survives a kill, and only a power loss before the next successful sync can lose it.
     pub fn create(root: &Path) -> Result<Self> {
         let path = root.join("abort");
         let bak = root.join("abort.bak");
         let previous = std::fs::read(&path).unwrap_or_default();
         write_marker(&bak, &previous)?;
         let file = write_marker(&path, std::process::id().to_string().as_bytes())?;
-        sync(&file, &path, false)?;
-        crate::mmap::sync_dir(root)?;
-        Ok(AbortFile { path })
+        match sync(&file, &path, false).and_then(|()| crate::mmap::sync_dir(root)) {
+            Ok(()) | Err(Error::DiskFull { .. }) => Ok(AbortFile { path }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes the marker after a clean shutdown.
