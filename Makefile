@@ -39,7 +39,7 @@ CRASH_KILLS ?= 5000
 crash: build
 	RMQ_CRASH_KILLS=$(CRASH_KILLS) $(PY) -m pytest -q -s tests/test_kill.py
 
-# The power-loss images at length (`make test` opens 480 of them).
+# The power-loss images at length (`make test` opens 192 of them).
 POWER_SEEDS ?= 25
 POWER_CUTS ?= 80
 POWER_IMAGES ?= 2
