@@ -1,5 +1,5 @@
-//! The sync-recording seam: tests record what each sync made durable, stop the clock at any sync ("the power
-//! fails just before it"), and build the file trees a power loss can leave at that instant.
+//! The sync-recording seam: tests record what each sync made durable, stop the clock just before any sync or
+//! write ("the power fails here"), and build the file trees a power loss can leave at that instant.
 //!
 //! **The power-loss model** (DESIGN's crash model; `tests/power_loss.rs` runs it):
 //! - The unit of loss is a 4 KiB page ([`PAGE`]). A page of a file holds, after the power loss, either its
@@ -18,10 +18,12 @@
 //!
 //! Snapshots are taken just before each sync call and kept only if it succeeds, so the durable state recorded is
 //! never ahead of the disk's (bytes written while the sync runs may reach the disk too; the model does not count
-//! on them). A cut at sync `n` captures the durable state after syncs `1..n-1` and the content of every file at
-//! that instant, on the thread that is about to make sync `n`.
+//! on them). Events are numbered from 1 under a recorded root: every sync, and every write (a copy into a
+//! mapping, a commit word, a `pwrite`). A cut at event `n` captures the durable state and the content of every
+//! file at that instant, on the thread that is about to make event `n`; another thread may be in the middle of a
+//! copy, whose bytes are then captured in part, as a power failure would find them.
 //!
-//! Cost when nothing is recorded: one relaxed atomic load per sync.
+//! Cost when nothing is recorded: one relaxed atomic load per sync or write.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -48,7 +50,7 @@ pub struct Durable {
 /// The state at one cut: what was durable, and what the page cache held.
 #[derive(Debug, Clone)]
 pub struct Capture {
-    /// The power fails just before this sync (1-based count of syncs under the recorded root).
+    /// The power fails just before this event (1-based count of syncs and writes under the recorded root).
     pub at: u64,
     /// Durable state by path.
     pub durable: BTreeMap<PathBuf, Durable>,
@@ -58,7 +60,7 @@ pub struct Capture {
 
 struct Recording {
     root: PathBuf,
-    syncs: u64,
+    events: u64,
     durable: BTreeMap<PathBuf, Durable>,
     cut: Box<dyn Fn(u64) -> bool + Send>,
     captures: Vec<Capture>,
@@ -71,8 +73,9 @@ fn recordings() -> std::sync::MutexGuard<'static, Vec<Recording>> {
     RECORDINGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Starts recording the syncs of every path under `root` (which must exist and be durable, e.g. a fresh
-/// temporary directory), capturing the state just before each sync whose number `n` (from 1) has `cut(n)`.
+/// Starts recording the syncs and writes of every path under `root` (which must exist and be durable, e.g. a
+/// fresh temporary directory), capturing the state just before each event whose number `n` (from 1) has
+/// `cut(n)`.
 /// Replaces an earlier recording of the same root.
 pub fn record(root: &Path, cut: impl Fn(u64) -> bool + Send + 'static) {
     let mut list = recordings();
@@ -81,7 +84,7 @@ pub fn record(root: &Path, cut: impl Fn(u64) -> bool + Send + 'static) {
     durable.insert(root.to_owned(), Durable { entry: Some(true), is_dir: true, ..Durable::default() });
     list.push(Recording {
         root: root.to_owned(),
-        syncs: 0,
+        events: 0,
         durable,
         cut: Box::new(cut),
         captures: Vec::new(),
@@ -89,18 +92,18 @@ pub fn record(root: &Path, cut: impl Fn(u64) -> bool + Send + 'static) {
     ON.store(true, Ordering::Relaxed);
 }
 
-/// Stops recording `root`. Returns its captures, in sync order, and how many syncs were recorded.
+/// Stops recording `root`. Returns its captures, in event order, and how many events were recorded.
 pub fn stop(root: &Path) -> (Vec<Capture>, u64) {
     let mut list = recordings();
     let Some(i) = list.iter().position(|r| r.root == root) else { return (Vec::new(), 0) };
     let r = list.remove(i);
     ON.store(!list.is_empty(), Ordering::Relaxed);
-    (r.captures, r.syncs)
+    (r.captures, r.events)
 }
 
-/// How many syncs have been recorded under `root` so far.
-pub fn syncs(root: &Path) -> u64 {
-    recordings().iter().find(|r| r.root == root).map_or(0, |r| r.syncs)
+/// How many events (syncs and writes) have been recorded under `root` so far.
+pub fn events(root: &Path) -> u64 {
+    recordings().iter().find(|r| r.root == root).map_or(0, |r| r.events)
 }
 
 /// What a sync is about to make durable.
@@ -132,18 +135,30 @@ pub(crate) fn begin(path: &Path, snapshot: impl FnOnce() -> Snapshot) -> Option<
 
 #[cold]
 fn begin_recorded(path: &Path, snapshot: impl FnOnce() -> Snapshot) -> Option<Pending> {
-    let seq = {
-        let mut list = recordings();
-        let r = list.iter_mut().find(|r| path.starts_with(&r.root))?;
-        r.syncs += 1;
-        let seq = r.syncs;
-        if (r.cut)(seq) {
-            let current = read_tree(&r.root);
-            r.captures.push(Capture { at: seq, durable: r.durable.clone(), current });
-        }
-        seq
-    };
+    let seq = count(path)?;
     Some(Pending { path: path.to_owned(), seq, snapshot: snapshot() })
+}
+
+/// Called just before a write into a file under a recorded root: counts it, and takes a capture if it is a cut.
+#[inline]
+pub(crate) fn write_point(path: &Path) {
+    if ON.load(Ordering::Relaxed) {
+        count(path);
+    }
+}
+
+/// Counts one event of the recording holding `path`, capturing the state if it is a cut; its number.
+#[cold]
+fn count(path: &Path) -> Option<u64> {
+    let mut list = recordings();
+    let r = list.iter_mut().find(|r| path.starts_with(&r.root))?;
+    r.events += 1;
+    let seq = r.events;
+    if (r.cut)(seq) {
+        let current = read_tree(&r.root);
+        r.captures.push(Capture { at: seq, durable: r.durable.clone(), current });
+    }
+    Some(seq)
 }
 
 /// Records what a successful sync made durable.

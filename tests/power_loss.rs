@@ -2,9 +2,10 @@
 //!
 //! A workload (single puts and batches of 1–4 messages of 1 B–1.5 KiB into two topics of two queues each,
 //! 16 KiB commitlog segments, 5-entry consume-queue files, 16-entry index files, a reput thread dispatching,
-//! a clean close and reopen half-way) runs once per seed while [`rmq::sync_record`] records every sync under
-//! the store and captures the state just before each one: what earlier syncs made durable, and every file as
-//! the page cache held it. Each capture is a cut point, "the power fails just before this sync"; from it
+//! a clean close and reopen half-way) runs once per seed while [`rmq::sync_record`] records every sync and every
+//! write under the store and captures the state just before each one: what earlier syncs made durable, and
+//! every file as the page cache held it (a copy another thread is making, in part). Each capture is a cut
+//! point, "the power fails just before this sync or write"; from it
 //! several images are built, each choosing per 4 KiB page of every file the durable or the newest version, and
 //! keeping or dropping every directory entry that was not made durable (the model: `src/sync_record.rs`,
 //! DESIGN's crash model). Each image is opened with strict recovery and must:
@@ -59,13 +60,13 @@ struct Written {
     op: usize,
 }
 
-/// What one operation did, with the sync count seen right after it returned.
+/// What one operation did, with the event count (syncs and writes) seen right after it returned.
 #[derive(Debug, Clone, Copy)]
 struct Op {
     /// Everything written up to and including this operation is durable once it returned (a flush, a close,
     /// or any put under SYNC_FLUSH).
     durable_point: bool,
-    syncs_after: u64,
+    events_after: u64,
 }
 
 /// A store with a reput thread.
@@ -113,7 +114,7 @@ impl Drop for Running {
 
 const TOPICS: [&str; 2] = ["PowerA", "PowerB"];
 
-/// Runs the workload for `seed` on `root` (recorded, every sync a cut) and returns what it wrote and did.
+/// Runs the workload for `seed` on `root` (recorded, every event a cut) and returns what it wrote and did.
 fn workload(root: &Path, mode: FlushDiskType, seed: u64, ops: usize) -> (Vec<Written>, Vec<Op>) {
     let mut rng = Rng::new(seed);
     let mut written = Vec::new();
@@ -169,16 +170,16 @@ fn workload(root: &Path, mode: FlushDiskType, seed: u64, ops: usize) -> (Vec<Wri
                 });
             }
         }
-        done.push(Op { durable_point, syncs_after: sync_record::syncs(root) });
+        done.push(Op { durable_point, events_after: sync_record::events(root) });
     }
     run.take().unwrap().close().unwrap();
     (written, done)
 }
 
-/// How many of `written` (in log order) must survive a power loss just before sync `at`: every record of an
-/// operation up to the last durable point whose operation had returned before that sync began.
+/// How many of `written` (in log order) must survive a power loss just before event `at`: every record of an
+/// operation up to the last durable point whose operation had returned before that event began.
 fn must_survive(written: &[Written], ops: &[Op], at: u64) -> usize {
-    let last = ops.iter().enumerate().filter(|(_, o)| o.durable_point && o.syncs_after < at).map(|(i, _)| i).last();
+    let last = ops.iter().enumerate().filter(|(_, o)| o.durable_point && o.events_after < at).map(|(i, _)| i).last();
     last.map_or(0, |l| written.iter().filter(|w| w.op <= l).count())
 }
 
@@ -249,7 +250,7 @@ fn check_image(image: &Path, mode: FlushDiskType, written: &[Written], acked: us
 struct Totals {
     images: u64,
     cuts: u64,
-    syncs: u64,
+    events: u64,
     page_choices: u64,
     entry_choices: u64,
     survived_beyond_ack: u64,
@@ -267,10 +268,13 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("store");
         std::fs::create_dir(&root).unwrap();
-        sync_record::record(&root, |_| true);
+        // Capture about twice the cuts wanted (a run makes some 15 events per operation), then spread evenly.
+        let stride = (15 * ops as u64 / (2 * max_cuts as u64).max(1)).max(1);
+        let offset = seed % stride;
+        sync_record::record(&root, move |n| n % stride == offset);
         let (written, ops_done) = workload(&root, mode, seed, ops);
-        let (captures, syncs) = sync_record::stop(&root);
-        totals.syncs += syncs;
+        let (captures, events) = sync_record::stop(&root);
+        totals.events += events;
         // An even spread of cut points over the run, always including the first and the last.
         let picked: Vec<&Capture> = if captures.len() <= max_cuts {
             captures.iter().collect()
@@ -298,7 +302,7 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
                 match checked {
                     Ok(found) => totals.survived_beyond_ack += (found - acked) as u64,
                     Err(e) => failures.push(format!(
-                        "{mode:?} seed {seed}, cut before sync {} of {syncs}, image seed {image_seed}: {e}",
+                        "{mode:?} seed {seed}, cut before event {} of {events}, image seed {image_seed}: {e}",
                         cap.at
                     )),
                 }
