@@ -151,7 +151,7 @@ impl MappedFile {
         })?;
         fault::check(FaultPoint::Write, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.claim()?;
-        sync_record::write_point(&self.path);
+        let _recorded = sync_record::write_point(&self.path);
         debug_assert!(end <= self.map.len());
         #[allow(unsafe_code)]
         // SAFETY: the destination lies inside the mapping (checked above) and is not published, so no reader
@@ -190,7 +190,7 @@ impl MappedFile {
         })?;
         // Not a fault point of its own: it completes the write that `write_at` just checked.
         self.claim()?;
-        sync_record::write_point(&self.path);
+        let _recorded = sync_record::write_point(&self.path);
         // Every byte copied before this call is in the mapping before the word (program order for a killed
         // process; the fence also orders it for any other observer of the shared mapping).
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);

@@ -20,15 +20,16 @@
 //! never ahead of the disk's (bytes written while the sync runs may reach the disk too; the model does not count
 //! on them). Events are numbered from 1 under a recorded root: every sync, and every write (a copy into a
 //! mapping, a commit word, a `pwrite`). A cut at event `n` captures the durable state and the content of every
-//! file at that instant, on the thread that is about to make event `n`; another thread may be in the middle of a
-//! copy, whose bytes are then captured in part, as a power failure would find them.
+//! file at that instant, on the thread that is about to make event `n`, after every copy other threads are
+//! making has finished: pages are written whole (a copy torn in the middle is what a killed process leaves, the
+//! kill suite's subject). Snapshots for syncs are taken the same way.
 //!
 //! Cost when nothing is recorded: one relaxed atomic load per sync or write.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 /// The unit of loss: every page of every file is lost or kept on its own.
 pub const PAGE: usize = 4096;
@@ -68,6 +69,8 @@ struct Recording {
 
 static ON: AtomicBool = AtomicBool::new(false);
 static RECORDINGS: Mutex<Vec<Recording>> = Mutex::new(Vec::new());
+/// Held shared by every write while recording, exclusively by captures and snapshots: they see no copy half done.
+static COPIES: RwLock<()> = RwLock::new(());
 
 fn recordings() -> std::sync::MutexGuard<'static, Vec<Recording>> {
     RECORDINGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -82,13 +85,7 @@ pub fn record(root: &Path, cut: impl Fn(u64) -> bool + Send + 'static) {
     list.retain(|r| r.root != root);
     let mut durable = BTreeMap::new();
     durable.insert(root.to_owned(), Durable { entry: Some(true), is_dir: true, ..Durable::default() });
-    list.push(Recording {
-        root: root.to_owned(),
-        events: 0,
-        durable,
-        cut: Box::new(cut),
-        captures: Vec::new(),
-    });
+    list.push(Recording { root: root.to_owned(), events: 0, durable, cut: Box::new(cut), captures: Vec::new() });
     ON.store(true, Ordering::Relaxed);
 }
 
@@ -136,15 +133,25 @@ pub(crate) fn begin(path: &Path, snapshot: impl FnOnce() -> Snapshot) -> Option<
 #[cold]
 fn begin_recorded(path: &Path, snapshot: impl FnOnce() -> Snapshot) -> Option<Pending> {
     let seq = count(path)?;
+    let _no_copies = COPIES.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     Some(Pending { path: path.to_owned(), seq, snapshot: snapshot() })
 }
 
 /// Called just before a write into a file under a recorded root: counts it, and takes a capture if it is a cut.
+/// While recording, the returned guard is to be held until the write is done.
 #[inline]
-pub(crate) fn write_point(path: &Path) {
+pub(crate) fn write_point(path: &Path) -> Option<RwLockReadGuard<'static, ()>> {
     if ON.load(Ordering::Relaxed) {
-        count(path);
+        write_recorded(path)
+    } else {
+        None
     }
+}
+
+#[cold]
+fn write_recorded(path: &Path) -> Option<RwLockReadGuard<'static, ()>> {
+    count(path)?;
+    Some(COPIES.read().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// Counts one event of the recording holding `path`, capturing the state if it is a cut; its number.
@@ -155,6 +162,7 @@ fn count(path: &Path) -> Option<u64> {
     r.events += 1;
     let seq = r.events;
     if (r.cut)(seq) {
+        let _no_copies = COPIES.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = read_tree(&r.root);
         r.captures.push(Capture { at: seq, durable: r.durable.clone(), current });
     }

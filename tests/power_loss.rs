@@ -179,7 +179,8 @@ fn workload(root: &Path, mode: FlushDiskType, seed: u64, ops: usize) -> (Vec<Wri
 /// How many of `written` (in log order) must survive a power loss just before event `at`: every record of an
 /// operation up to the last durable point whose operation had returned before that event began.
 fn must_survive(written: &[Written], ops: &[Op], at: u64) -> usize {
-    let last = ops.iter().enumerate().filter(|(_, o)| o.durable_point && o.events_after < at).map(|(i, _)| i).last();
+    let last =
+        ops.iter().enumerate().filter(|(_, o)| o.durable_point && o.events_after < at).map(|(i, _)| i).next_back();
     last.map_or(0, |l| written.iter().filter(|w| w.op <= l).count())
 }
 
@@ -224,7 +225,8 @@ fn check_image(image: &Path, mode: FlushDiskType, written: &[Written], acked: us
                 if w.queue_offset != q as i64 {
                     return Err(format!("{topic}/{queue_id}: record at {} has queue offset {}", w.offset, q));
                 }
-                let e = store.cq_entry(topic, queue_id, q as i64).ok_or_else(|| format!("{topic}/{queue_id}: no {q}"))?;
+                let e =
+                    store.cq_entry(topic, queue_id, q as i64).ok_or_else(|| format!("{topic}/{queue_id}: no {q}"))?;
                 if e.offset as u64 != w.offset {
                     return Err(format!("{topic}/{queue_id}/{q} points at {} not {}", e.offset, w.offset));
                 }
@@ -263,7 +265,8 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
     let ops = env("RMQ_POWER_OPS", 40) as usize;
     let mut totals = Totals::default();
     let mut failures = Vec::new();
-    for s in 0..seeds {
+    let first = env("RMQ_POWER_FIRST_SEED", 0);
+    for s in first..first + seeds {
         let seed = base_seed + s;
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("store");
@@ -292,13 +295,13 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
                 totals.images += 1;
                 totals.page_choices += stats.page_choices;
                 totals.entry_choices += stats.entry_choices;
-                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    check_image(&dir, mode, &written, acked)
-                }))
-                .unwrap_or_else(|p| {
-                    let what = p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string()));
-                    Err(format!("panicked: {}", what.unwrap_or_default()))
-                });
+                let checked =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_image(&dir, mode, &written, acked)))
+                        .unwrap_or_else(|p| {
+                            let what =
+                                p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string()));
+                            Err(format!("panicked: {}", what.unwrap_or_default()))
+                        });
                 match checked {
                     Ok(found) => totals.survived_beyond_ack += (found - acked) as u64,
                     Err(e) => failures.push(format!(
@@ -312,6 +315,15 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
                         let to = Path::new(&keep).join(format!("{mode:?}-{image_seed}"));
                         std::fs::create_dir_all(&to).unwrap();
                         sync_record::build_image(cap, &root, &to, image_seed).unwrap();
+                        let mut summary = String::new();
+                        for (p, d) in &cap.durable {
+                            let pages: Vec<(u64, u64)> = d.pages.iter().map(|(n, (s, _))| (*n, *s)).collect();
+                            summary += &format!("durable {p:?} entry {:?} len {:?} pages {pages:?}\n", d.entry, d.len);
+                        }
+                        for (p, c) in &cap.current {
+                            summary += &format!("current {p:?} {:?}\n", c.as_ref().map(Vec::len));
+                        }
+                        std::fs::write(to.join("capture.txt"), summary).unwrap();
                     }
                 }
                 let _ = std::fs::remove_dir_all(&dir);
@@ -394,4 +406,32 @@ fn a_record_whose_properties_were_in_a_lost_page_is_discarded() {
     assert_eq!(found.records.iter().map(|r| r.offset()).collect::<Vec<_>>(), vec![r1.offsets[0]]);
     let next = store.put(&PutMessage::new("PowerA", 0, b"next")).unwrap();
     assert_eq!((next.offsets[0], next.queue_offset), (second_at, 1));
+}
+
+/// A key put writes its entry, then its slot, then the header. Cut after the slot (a kill, or a power loss that
+/// kept the page as the page cache held it then) and the slot points at an entry the header does not count;
+/// putting the key again (opening re-dispatches the last record) must keep the older entries of that slot's
+/// chain reachable, not make the new entry its own predecessor.
+#[test]
+fn a_key_put_torn_before_its_header_keeps_its_chain_when_put_again() {
+    use rmq::index::{IndexConfig, IndexFile};
+    let cfg = IndexConfig { max_hash_slot_num: 4, max_index_num: 8, max_msgs_num_batch: 64 };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("index");
+    let f = IndexFile::create(&path, cfg, 0, 1000).unwrap();
+    // Hashes 6, 10 and 14 share slot 2.
+    assert!(f.put_key(6, 100, 1000) && f.put_key(10, 200, 1000));
+    let header_before = std::fs::read(&path).unwrap()[..40].to_vec();
+    assert!(f.put_key(14, 300, 1000));
+    drop(f);
+    let mut torn = std::fs::read(&path).unwrap();
+    torn[..40].copy_from_slice(&header_before);
+    std::fs::write(&path, torn).unwrap();
+    let f = IndexFile::open(&path, cfg).unwrap();
+    assert!(f.put_key(14, 300, 1000), "the torn put is made again");
+    for (hash, offset) in [(6, 100), (10, 200), (14, 300)] {
+        let mut out = Vec::new();
+        f.select_phy_offsets(hash, 8, 0, i64::MAX, &mut out, &mut |_| true);
+        assert_eq!(out, vec![offset], "key hash {hash} is found");
+    }
 }

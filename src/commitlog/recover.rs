@@ -148,9 +148,17 @@ impl CommitLog {
         let mut report = OpenReport { mode: opts.mode, ..OpenReport::default() };
         let Some(last) = files.last() else { return Ok(report) };
         // From the last segment that starts with a record; after a crash from the segment before it too, so
-        // that the end of that segment (where a roll writes its blank filler) is validated as well.
+        // that the end of that segment (where a roll writes its blank filler) is validated as well, and from
+        // the segment holding the checkpoint's durable point if that is earlier: a power loss can lose pages
+        // anywhere after it, also in segments before one whose first page survived.
         let newest = files.iter().rposition(|f| self.starts_with_record(f)).unwrap_or(0);
-        let from = if opts.unclean { newest.saturating_sub(1) } else { newest };
+        let from = if opts.unclean {
+            let durable =
+                files.iter().rposition(|f| self.first_timestamp(f).is_some_and(|t| t < opts.durable_timestamp));
+            newest.saturating_sub(1).min(durable.unwrap_or(0))
+        } else {
+            newest
+        };
         let start = files.get(from).map_or(0, |f| f.start());
         report.validated_from = start;
         let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
@@ -214,6 +222,14 @@ impl CommitLog {
 
     fn starts_with_record(&self, f: &Arc<MappedFile>) -> bool {
         matches!(super::cursor::at(f, f.start(), f.end(), CheckOptions::default()), Step::Record(_))
+    }
+
+    /// The store time of the segment's first record, if it starts with one.
+    fn first_timestamp(&self, f: &Arc<MappedFile>) -> Option<i64> {
+        match super::cursor::at(f, f.start(), f.end(), CheckOptions::default()) {
+            Step::Record(r) => Some(r.header.store_timestamp),
+            _ => None,
+        }
     }
 
     /// Classifies the bytes from `p` (the first position that is neither a record nor a blank) to the end of

@@ -67,7 +67,8 @@ impl MessageStore {
             .max()
             .map_or(0, |m| m.max(0) as u64);
         let durable_timestamp = checkpoint.values().physic_msg_timestamp;
-        let recover = RecoverOptions { mode: options.recovery, unclean: unclean_shutdown, dispatched_end, durable_timestamp };
+        let recover =
+            RecoverOptions { mode: options.recovery, unclean: unclean_shutdown, dispatched_end, durable_timestamp };
         let (commitlog, open_report) =
             CommitLog::open_with(&root.join("commitlog"), config.commit_log.clone(), &recover)?;
         // From here on opening changes the derived files: a process killed before it finishes must leave the
