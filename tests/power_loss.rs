@@ -1,14 +1,14 @@
 //! Power loss: the images a power failure can leave, opened and checked.
 //!
 //! A workload (single puts and batches of 1–4 messages of 1 B–1.5 KiB into two topics of two queues each,
-//! 16 KiB commitlog segments, 5-entry consume-queue files, 16-entry index files, a reput thread dispatching,
+//! 16 KiB commitlog segments, 5-entry consume-queue files, two-page index files of 63 keys, a reput thread,
 //! a clean close and reopen half-way) runs once per seed while [`rmq::sync_record`] records every sync and every
-//! write under the store and captures the state just before each one: what earlier syncs made durable, and
-//! every file as the page cache held it (a copy another thread is making, in part). Each capture is a cut
-//! point, "the power fails just before this sync or write"; from it
-//! several images are built, each choosing per 4 KiB page of every file the durable or the newest version, and
-//! keeping or dropping every directory entry that was not made durable (the model: `src/sync_record.rs`,
-//! DESIGN's crash model). Each image is opened with strict recovery and must:
+//! write under the store and captures the state just before some of them: what earlier syncs made durable,
+//! and every file as the page cache held it. Each capture is a cut point, "the power fails just before this
+//! sync or write" (between a put's bytes and its commit word, between an index entry and its header, ...);
+//! from it several images are built, each choosing per 4 KiB page of every file the durable or the newest
+//! version, and keeping or dropping every directory entry that was not made durable (the model:
+//! `src/sync_record.rs`, DESIGN's crash model). Each image is opened with strict recovery and must:
 //! - open, with no error at all (a page lost in a power loss is not damage);
 //! - hold a prefix of the records written, each byte-identical where it was written, and at least every
 //!   message acknowledged before the cut: under SYNC_FLUSH every put that returned, under ASYNC_FLUSH every
@@ -42,8 +42,8 @@ fn config(mode: FlushDiskType) -> StoreConfig {
     c.commit_log.mapped_file_size_commit_log = 16 * 1024;
     c.commit_log.flush_disk_type = mode;
     c.consume_queue.mapped_file_size_consume_queue = 100; // 5 entries per file
-    c.index.max_hash_slot_num = 64;
-    c.index.max_index_num = 16;
+    c.index.max_hash_slot_num = 1024; // 4 KiB of slots: an index file spans two pages, lost independently
+    c.index.max_index_num = 64;
     c
 }
 

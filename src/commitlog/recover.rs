@@ -87,15 +87,17 @@ pub struct RecoverOptions {
     /// were dispatched, hence committed: damage before this point cannot be a torn write (after a kill; a
     /// power loss can keep a consume-queue page and lose the commitlog pages it points at).
     pub dispatched_end: u64,
-    /// The checkpoint's `physicMsgTimestamp` (0: none): every record stored before this time was flushed, so a
-    /// power loss cannot have lost its pages.
+    /// The checkpoint's `physicMsgTimestamp` (0: nothing known flushed): every record stored before this time was
+    /// flushed, so a power loss cannot have lost its pages. `i64::MAX` (the default, for a commitlog opened on
+    /// its own) assumes every record was flushed: only a kill's torn append is told apart from damage.
     pub durable_timestamp: i64,
 }
 
 impl Default for RecoverOptions {
-    /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell).
+    /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell), with
+    /// no checkpoint (so no power loss).
     fn default() -> Self {
-        RecoverOptions { mode: RecoveryMode::Strict, unclean: true, dispatched_end: 0, durable_timestamp: 0 }
+        RecoverOptions { mode: RecoveryMode::Strict, unclean: true, dispatched_end: 0, durable_timestamp: i64::MAX }
     }
 }
 

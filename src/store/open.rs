@@ -53,6 +53,11 @@ impl MessageStore {
         } else {
             None
         };
+        // After a crash the newest index file may hold any subset of its pages (a power loss): it is rebuilt.
+        let dropped_index = match (&index, unclean_shutdown) {
+            (Some(index), true) => index.drop_newest()?,
+            _ => None,
+        };
         let mut holes = Vec::new();
         for cq in queues.all() {
             if cq.recover()? {
@@ -81,7 +86,8 @@ impl MessageStore {
             let v = checkpoint.values();
             v.logics_msg_timestamp.min(v.physic_msg_timestamp)
         };
-        let mut recovery = RecoveryReport { skipped_dirs, ..RecoveryReport::default() };
+        let mut recovery =
+            RecoveryReport { skipped_dirs, rebuilt_index_file: dropped_index, ..RecoveryReport::default() };
         // Dispatch restarts where every queue and the index are complete. Re-dispatching a record that is
         // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
         let mut cq_frontier: Option<i64> = None;
