@@ -53,11 +53,6 @@ impl MessageStore {
         } else {
             None
         };
-        // After a crash the newest index file may hold any subset of its pages (a power loss): it is rebuilt.
-        let dropped_index = match (&index, unclean_shutdown) {
-            (Some(index), true) => index.drop_newest()?,
-            _ => None,
-        };
         let mut holes = Vec::new();
         for cq in queues.all() {
             if cq.recover()? {
@@ -79,6 +74,11 @@ impl MessageStore {
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
         let abort = AbortFile::create(root)?;
+        // After a crash the newest index file may hold any subset of its pages (a power loss): it is rebuilt.
+        let dropped_index = match (&index, unclean_shutdown) {
+            (Some(index), true) => index.drop_newest()?,
+            _ => None,
+        };
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
         let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
