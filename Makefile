@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash interop-fixture interop-offsets
+.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ interop-offsets: build
 CRASH_KILLS ?= 5000
 crash: build
 	RMQ_CRASH_KILLS=$(CRASH_KILLS) $(PY) -m pytest -q -s tests/test_kill.py
+
+# The power-loss images at length (`make test` opens 192 of them).
+POWER_SEEDS ?= 25
+POWER_CUTS ?= 80
+POWER_IMAGES ?= 2
+power:
+	RMQ_POWER_SEEDS=$(POWER_SEEDS) RMQ_POWER_CUTS=$(POWER_CUTS) RMQ_POWER_IMAGES=$(POWER_IMAGES) \
+	  cargo test --release --quiet --test power_loss -- --nocapture
 
 py-test: build
 	$(PY) -m pytest -q

@@ -85,13 +85,17 @@ fn open_or_create(path: &Path) -> Result<File> {
 /// `pwrite` of all of `data` at `pos`, through the fault seam.
 fn write_at(file: &File, path: &Path, data: &[u8], pos: u64) -> Result<()> {
     fault::check(FaultPoint::Write, path).map_err(|e| Error::io(path, e))?;
+    let _recorded = crate::sync_record::write_point(path);
     file.write_all_at(data, pos).map_err(|e| Error::io(path, e))
 }
 
-/// fsync (`data_only`: fdatasync) through the fault seam.
+/// fsync (`data_only`: fdatasync) through the fault seam and the sync recorder.
 fn sync(file: &File, path: &Path, data_only: bool) -> Result<()> {
     fault::check(FaultPoint::Fsync, path).map_err(|e| Error::io(path, e))?;
-    if data_only { file.sync_data() } else { file.sync_all() }.map_err(|e| Error::io(path, e))
+    let pending = crate::sync_record::begin(path, || crate::sync_record::file_snapshot(path));
+    if data_only { file.sync_data() } else { file.sync_all() }.map_err(|e| Error::io(path, e))?;
+    crate::sync_record::commit(pending);
+    Ok(())
 }
 
 impl LockFile {
@@ -154,13 +158,21 @@ impl AbortFile {
     /// The marker's presence is what matters; its content is informative. Each file is made to exist (empty,
     /// which needs no disk space) before its content is written; when the disk is full the content is not
     /// written and the file stays empty rather than half-written. Other I/O errors are returned.
+    ///
+    /// The marker is made durable before this returns (the file and then `root` are synced): a power loss after
+    /// anything this run writes must find it, or the next open would take unsynced remains for damage. On a
+    /// full disk (a sync failing with ENOSPC) the marker is left as written, so a full store still opens; it
+    /// survives a kill, and only a power loss before the next successful sync can lose it.
     pub fn create(root: &Path) -> Result<Self> {
         let path = root.join("abort");
         let bak = root.join("abort.bak");
         let previous = std::fs::read(&path).unwrap_or_default();
         write_marker(&bak, &previous)?;
-        write_marker(&path, std::process::id().to_string().as_bytes())?;
-        Ok(AbortFile { path })
+        let file = write_marker(&path, std::process::id().to_string().as_bytes())?;
+        match sync(&file, &path, false).and_then(|()| crate::mmap::sync_dir(root)) {
+            Ok(()) | Err(Error::DiskFull { .. }) => Ok(AbortFile { path }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes the marker after a clean shutdown.
@@ -173,12 +185,12 @@ impl AbortFile {
     }
 }
 
-/// Makes `path` exist holding `content`, or, when the disk is full, exist empty.
-fn write_marker(path: &Path, content: &[u8]) -> Result<()> {
+/// Makes `path` exist holding `content`, or, when the disk is full, exist empty. Returns the open file.
+fn write_marker(path: &Path, content: &[u8]) -> Result<File> {
     let file = OpenOptions::new().write(true).create(true).truncate(true).open(path).map_err(|e| Error::io(path, e))?;
     match write_at(&file, path, content, 0) {
-        Ok(()) => Ok(()),
-        Err(Error::DiskFull { .. }) => file.set_len(0).map_err(|e| Error::io(path, e)),
+        Ok(()) => Ok(file),
+        Err(Error::DiskFull { .. }) => file.set_len(0).map(|()| file).map_err(|e| Error::io(path, e)),
         Err(e) => Err(e),
     }
 }

@@ -295,7 +295,7 @@ impl ConsumeQueue {
     }
 
     fn read_entry(&self, file: &MappedFile, logical: u64) -> Option<CqEntry> {
-        CqEntry::decode(file.slice((logical - file.start()) as usize, UNIT as usize)?)
+        CqEntry::decode(file.slice(usize::try_from(logical.checked_sub(file.start())?).ok()?, UNIT as usize)?)
     }
 
     /// The entry at queue offset `q`, if it is between the min and max offsets.
@@ -500,8 +500,10 @@ impl ConsumeQueue {
             return;
         }
         let (Some(first), Some(last)) = (self.files.first(), self.files.last()) else { return };
-        // Stale whole queue: the last entry's record is gone.
-        if let Some(e) = self.read_entry(&last, max_logical - UNIT) {
+        // Stale whole queue: the last entry's record is gone. (The last entry need not be in the last file: a
+        // file after it may exist empty, e.g. after a power loss kept a newer file's entry but not its pages.)
+        let newest = self.files.find(max_logical - UNIT).unwrap_or(last);
+        if let Some(e) = self.read_entry(&newest, max_logical - UNIT) {
             if e.offset < m {
                 self.min_logical.store(max_logical, Ordering::Release);
                 return;

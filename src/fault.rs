@@ -3,7 +3,7 @@
 //! | point      | where it is checked                                                                  |
 //! |------------|--------------------------------------------------------------------------------------|
 //! | `Flush`    | every msync of a mapped file ([`crate::mmap::MappedFile`] `flush` / `flush_range`)   |
-//! | `Fsync`    | every fsync / fdatasync of a file ([`crate::checkpoint`]: lock and checkpoint files) |
+//! | `Fsync`    | every fsync / fdatasync: lock, abort, checkpoint, each new mapped file, directories  |
 //! | `Allocate` | every claim of disk space (`posix_fallocate` of segments, queue, index, checkpoint)  |
 //! | `Write`    | every write to a file: a copy into a mapping, and the pwrite of the marker files     |
 //!

@@ -46,7 +46,7 @@ impl FileQueue {
             return Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(Vec::new()), storage });
         }
         if !overlay {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            crate::mmap::create_dir_durable(dir)?;
         }
         let mut names: Vec<(String, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {

@@ -18,6 +18,7 @@ pub mod message;
 pub mod mmap;
 pub mod offsets;
 pub mod store;
+pub mod sync_record;
 
 #[cfg(feature = "python")]
 mod py;

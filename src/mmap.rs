@@ -24,6 +24,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
 use crate::fault::{self, FaultPoint};
+use crate::sync_record::{self, Snapshot};
 
 /// Where a store's files live: on disk, or (a read-only open) as a private overlay of the disk that no write
 /// ever reaches.
@@ -67,6 +68,9 @@ impl MappedFile {
     /// Creates a new zero-filled file of `size` bytes with all its disk space claimed, and maps it. Fails if
     /// the file exists. On failure (a full disk is [`Error::DiskFull`]) the file is removed again, so the
     /// directory is left as it was.
+    ///
+    /// The new file is durable before it is returned: its length is synced, then its directory, so a power
+    /// loss after any later sync of its data finds the file (with its full length) where it was created.
     pub fn create(path: &Path, start: u64, size: u64) -> Result<Self> {
         Self::create_in(Storage::Disk, path, start, size)
     }
@@ -80,7 +84,10 @@ impl MappedFile {
         }
         let file =
             OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
-        let made = allocate(&file, path, size).and_then(|()| Self::map(path, file, start, size));
+        let made = allocate(&file, path, size)
+            .and_then(|()| sync_file(&file, path))
+            .and_then(|()| path.parent().map_or(Ok(()), sync_dir))
+            .and_then(|()| Self::map(path, file, start, size));
         match made {
             Ok(f) => {
                 f.allocated.store(true, Ordering::Release);
@@ -245,6 +252,7 @@ impl MappedFile {
         })?;
         fault::check(FaultPoint::Write, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.claim()?;
+        let _recorded = sync_record::write_point(&self.path);
         debug_assert!(end <= self.map.len());
         #[allow(unsafe_code)]
         // SAFETY: the destination lies inside the mapping (checked above) and is not published, so no reader
@@ -285,6 +293,7 @@ impl MappedFile {
         })?;
         // Not a fault point of its own: it completes the write that `write_at` just checked.
         self.claim()?;
+        let _recorded = sync_record::write_point(&self.path);
         // Every byte copied before this call is in the mapping before the word (program order for a killed
         // process; the fence also orders it for any other observer of the shared mapping).
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
@@ -307,7 +316,28 @@ impl MappedFile {
             return Ok(());
         }
         fault::check(FaultPoint::Flush, &self.path).map_err(|e| Error::io(&self.path, e))?;
-        self.map.flush_range(pos, len).map_err(|e| Error::io(&self.path, e))
+        let pending = sync_record::begin(&self.path, || self.snapshot(pos, len));
+        self.map.flush_range(pos, len).map_err(|e| Error::io(&self.path, e))?;
+        sync_record::commit(pending);
+        Ok(())
+    }
+
+    /// The pages overlapping `[pos, pos + len)` as the page cache holds them (for [`sync_record`]), read with
+    /// `pread` so that bytes a writer is copying at the same time are not read through the mapping.
+    fn snapshot(&self, pos: usize, len: usize) -> Snapshot {
+        use std::os::unix::fs::FileExt;
+        let page = sync_record::PAGE;
+        let first = pos / page * page;
+        let end = (pos + len).min(self.map.len());
+        let mut bytes = vec![0u8; end.saturating_sub(first)];
+        if let Some(file) = &self.file {
+            let _ = file.read_exact_at(&mut bytes, first as u64);
+        }
+        let pages = sync_record::pages_of(&bytes, 0, bytes.len())
+            .into_iter()
+            .map(|(n, b)| (n + (first / page) as u64, b))
+            .collect();
+        Snapshot::File { len: self.size, pages }
     }
 
     /// Faults `[pos, pos + len)` in writable ahead of the writer (`MADV_POPULATE_WRITE`), so page allocation
@@ -331,7 +361,10 @@ impl MappedFile {
             return Ok(());
         }
         fault::check(FaultPoint::Flush, &self.path).map_err(|e| Error::io(&self.path, e))?;
-        self.map.flush().map_err(|e| Error::io(&self.path, e))
+        let pending = sync_record::begin(&self.path, || self.snapshot(0, self.map.len()));
+        self.map.flush().map_err(|e| Error::io(&self.path, e))?;
+        sync_record::commit(pending);
+        Ok(())
     }
 
     /// Removes the file from disk once the last reference to it is dropped.
@@ -368,6 +401,46 @@ pub fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
         libc::ENOSPC | libc::EDQUOT => Err(full(path)),
         errno => Err(Error::io(path, std::io::Error::from_raw_os_error(errno))),
     }
+}
+
+/// fsync of a whole file (content and length), through the fault seam (`Fsync`) and the sync recorder.
+pub fn sync_file(file: &File, path: &Path) -> Result<()> {
+    fault::check(FaultPoint::Fsync, path).map_err(|e| Error::io(path, e))?;
+    let pending = sync_record::begin(path, || sync_record::file_snapshot(path));
+    file.sync_all().map_err(|e| Error::io(path, e))?;
+    sync_record::commit(pending);
+    Ok(())
+}
+
+/// fsync of a directory: makes the creation, removal and renaming of its entries durable (a file's own sync
+/// does not). Through the fault seam (`Fsync`) and the sync recorder.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    fault::check(FaultPoint::Fsync, dir).map_err(|e| Error::io(dir, e))?;
+    let pending = sync_record::begin(dir, || sync_record::dir_snapshot(dir));
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
+    sync_record::commit(pending);
+    Ok(())
+}
+
+/// `create_dir_all` that makes every directory it creates durable: each new directory's parent is synced,
+/// deepest last, so a power loss never loses a directory (and the files in it) that a later sync relied on.
+pub fn create_dir_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+        missing.push(d.to_owned());
+        at = d.parent();
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    for d in missing.iter().rev() {
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
 }
 
 /// `posix_fallocate(fd, 0, len)`, retried on EINTR; returns the error number (0: success).

@@ -84,20 +84,27 @@ pub struct RecoverOptions {
     /// The previous run did not close cleanly (the abort file exists), so a torn append is possible.
     pub unclean: bool,
     /// The end of the highest record that a consume queue or the index refers to (0: none). Such records
-    /// were dispatched, hence committed: damage before this point cannot be a torn write.
+    /// were dispatched, hence committed: damage before this point cannot be a torn write (after a kill; a
+    /// power loss can keep a consume-queue page and lose the commitlog pages it points at).
     pub dispatched_end: u64,
     /// Where the segments live: on disk, or a read-only overlay in which the end is settled in memory only
     /// (a torn tail is not zeroed, no segment is removed from disk).
     pub storage: crate::mmap::Storage,
+    /// The checkpoint's `physicMsgTimestamp` (0: nothing known flushed): every record stored before this time was
+    /// flushed, so a power loss cannot have lost its pages. `i64::MAX` (the default, for a commitlog opened on
+    /// its own) assumes every record was flushed: only a kill's torn append is told apart from damage.
+    pub durable_timestamp: i64,
 }
 
 impl Default for RecoverOptions {
-    /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell).
+    /// Strict, and a crash is assumed possible (a commitlog opened on its own has no abort file to tell), with
+    /// no checkpoint (so no power loss).
     fn default() -> Self {
         RecoverOptions {
             mode: RecoveryMode::Strict,
             unclean: true,
             dispatched_end: 0,
+            durable_timestamp: i64::MAX,
             storage: crate::mmap::Storage::Disk,
         }
     }
@@ -152,15 +159,29 @@ impl CommitLog {
         let mut report = OpenReport { mode: opts.mode, ..OpenReport::default() };
         let Some(last) = files.last() else { return Ok(report) };
         // From the last segment that starts with a record; after a crash from the segment before it too, so
-        // that the end of that segment (where a roll writes its blank filler) is validated as well.
+        // that the end of that segment (where a roll writes its blank filler) is validated as well, and from
+        // the segment holding the checkpoint's durable point if that is earlier: a power loss can lose pages
+        // anywhere after it, also in segments before one whose first page survived.
         let newest = files.iter().rposition(|f| self.starts_with_record(f)).unwrap_or(0);
-        let from = if opts.unclean { newest.saturating_sub(1) } else { newest };
+        let from = if opts.unclean {
+            let durable =
+                files.iter().rposition(|f| self.first_timestamp(f).is_some_and(|t| t < opts.durable_timestamp));
+            newest.saturating_sub(1).min(durable.unwrap_or(0))
+        } else {
+            newest
+        };
         let start = files.get(from).map_or(0, |f| f.start());
         report.validated_from = start;
         let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
         let end = loop {
             let (p, file, reason) = match cursor.next() {
                 None => break cursor.offset().min(last.end()),
+                // The body CRC does not cover the topic and properties: a record whose later page a power loss
+                // reverted to zeros still validates. Such a record is the first lost position.
+                Some(Step::Record(r)) if opts.unclean && tail_zeroed(&r) && lost_page_at(&r.file, r.offset()) => {
+                    let reason = "the record's topic or properties are zeros (a page lost in a power loss)".to_owned();
+                    (r.offset(), r.file.clone(), reason)
+                }
                 Some(Step::Record(_) | Step::Blank { .. }) => continue,
                 Some(Step::Missing { offset }) => break offset,
                 Some(Step::Zero { offset, file }) => (offset, file, "nothing was written here".to_owned()),
@@ -214,6 +235,14 @@ impl CommitLog {
         matches!(super::cursor::at(f, f.start(), f.end(), CheckOptions::default()), Step::Record(_))
     }
 
+    /// The store time of the segment's first record, if it starts with one.
+    fn first_timestamp(&self, f: &Arc<MappedFile>) -> Option<i64> {
+        match super::cursor::at(f, f.start(), f.end(), CheckOptions::default()) {
+            Step::Record(r) => Some(r.header.store_timestamp),
+            _ => None,
+        }
+    }
+
     /// Classifies the bytes from `p` (the first position that is neither a record nor a blank) to the end of
     /// the last segment.
     fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions) -> Tail {
@@ -223,6 +252,16 @@ impl CommitLog {
             return Tail::Clean;
         }
         let following = self.valid_records_after(p);
+        // A power loss: pages written after the last sync reached the disk in any subset, so the first lost page
+        // may be followed by any later pages (and by consume-queue pages pointing at lost records). What is
+        // left at `p` shows it: zeros running to a page end inside the record. Records stored before the
+        // checkpoint's durable time were flushed and cannot be lost this way.
+        if opts.unclean
+            && lost_page_at(file, p)
+            && !following.iter().any(|(_, h)| h.store_timestamp < opts.durable_timestamp)
+        {
+            return Tail::Torn;
+        }
         if !opts.unclean || opts.dispatched_end > p {
             return Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() };
         }
@@ -317,6 +356,44 @@ impl CommitLog {
         report.removed_files += self.queue.remove_after(p) as u64;
         Ok(discarded)
     }
+}
+
+/// Whether a valid record's topic holds a zero byte, or its properties end in one (RocketMQ's properties end
+/// with the 0x02 separator): bytes a lost page leaves, which the body CRC does not see.
+fn tail_zeroed(r: &super::Record) -> bool {
+    let bytes = r.bytes();
+    r.header.topic(bytes).contains(&0) || r.header.properties(bytes).last() == Some(&0)
+}
+
+/// Whether the bytes at `p` (the first position of `file` that is neither a record nor a blank) are what a
+/// power loss leaves. A page that reverted to its older version holds, in an append-only file, the bytes synced
+/// before and then zeros to its end. An append writes its commit word (the first 8 bytes) last, so a version of
+/// the first record page that holds the commit word holds the rest of the record's bytes in that page too:
+/// - a header that gives a size (the commit word is there): a later page of the record ends in zeros that
+///   start inside the record;
+/// - a header that does not: the page (or pages) holding the first 8 bytes is zero from there to its end. (A
+///   kill leaves the first 8 bytes zero and the rest of the record written, which is not this shape.)
+fn lost_page_at(file: &MappedFile, p: u64) -> bool {
+    const PAGE: usize = 4096;
+    let Some(pos) = p.checked_sub(file.start()).and_then(|x| usize::try_from(x).ok()) else { return false };
+    let Some(bytes) = file.slice(pos, (file.size() as usize).saturating_sub(pos)) else { return false };
+    let total = bytes.get(..4).map_or(0, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let first_boundary = PAGE - pos % PAGE;
+    // Relative to `p`: where the pages to look at start, and how far into the record the zeros must begin.
+    let (mut lo, until) = match usize::try_from(total) {
+        Ok(t) if t > 8 && t <= bytes.len() => (first_boundary, t),
+        _ => (0, 8.min(bytes.len())),
+    };
+    while lo < until {
+        let hi = (lo + PAGE - (pos + lo) % PAGE).min(bytes.len());
+        let page = bytes.get(lo..hi).unwrap_or_default();
+        let zeros_from = lo + page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        if zeros_from < hi && zeros_from < until {
+            return true;
+        }
+        lo = hi;
+    }
+    false
 }
 
 fn strict_message(reason: &str, following: &[(u64, u64)]) -> String {

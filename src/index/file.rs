@@ -591,7 +591,13 @@ impl IndexWriter<'_> {
         let Some(mut slot_value) = f.map.slice(slot_pos, SLOT_SIZE).and_then(|b| be_i32(b, 0)) else {
             return false;
         };
-        if slot_value <= 0 || slot_value > h.index_count {
+        if slot_value == h.index_count && slot_value > 0 {
+            // A put torn between its slot and its header (a crash) left the slot pointing at the entry this put
+            // overwrites: link to what that entry linked to, so the older entries of the chain stay reachable
+            // (keeping the slot's value would make the new entry its own predecessor and cut the chain).
+            slot_value = f.entry(slot_value).map_or(0, |e| e.prev);
+        }
+        if slot_value <= 0 || slot_value >= h.index_count {
             slot_value = 0;
         }
         let time_diff = store_timestamp.wrapping_sub(h.begin_timestamp) / 1000;

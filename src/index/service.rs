@@ -70,7 +70,7 @@ impl IndexService {
         cfg.validate()?;
         let overlay = storage == Storage::Overlay;
         if !overlay {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            crate::mmap::create_dir_durable(dir)?;
         }
         let mut names = Vec::new();
         let listing = match std::fs::read_dir(dir) {
@@ -132,6 +132,24 @@ impl IndexService {
             rolled_end_timestamp: std::sync::atomic::AtomicI64::new(0),
             rebuild_lock: Mutex::new(()),
         })
+    }
+
+    /// After an unclean shutdown: removes the newest index file (and syncs the directory), returning its path.
+    /// Every older file was flushed before its successor was created (see `roll`), but the newest was being
+    /// written: a power loss can have kept any subset of its pages (a slot pointing at a lost entry, a header
+    /// behind its entries), which would hide keys. Its keys are put again by dispatch, which restarts at the
+    /// last indexed offset (now the end of the file before it, or the start of the log), as RocketMQ rebuilds
+    /// the index files written after its checkpoint.
+    pub fn drop_newest(&self) -> Result<Option<PathBuf>> {
+        let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(newest) = files.pop() else { return Ok(None) };
+        *self.lock_writer() = files.last().cloned();
+        drop(files);
+        let path = newest.path().to_owned();
+        newest.delete_on_drop();
+        drop(newest);
+        crate::mmap::sync_dir(&self.dir)?;
+        Ok(Some(path))
     }
 
     /// End timestamp of the last index file this process filled and rolled, 0 if none (RocketMQ's
@@ -244,11 +262,17 @@ impl IndexService {
         i.checked_sub(1).and_then(|p| files.get(p)).cloned()
     }
 
-    /// Creates the next file, continuing the current one's end values, makes it current and flushes the
-    /// old one. Names come from the clock; a name not after the last file's (same millisecond, or a clock
-    /// that went back) becomes the last name's time + 1 ms, so names stay unique and ordered.
+    /// Flushes the current file, then creates the next one, continuing the current one's end values, and makes
+    /// it current. The flush comes first so that a file exists on disk only after every earlier one is durable:
+    /// a power loss can revert the newest file (re-dispatch from the last durable entry rebuilds it) but never
+    /// leave an empty file before a later one, whose end offset would make dispatch skip the keys lost with it.
+    /// Names come from the clock; a name not after the last file's (same millisecond, or a clock that went
+    /// back) becomes the last name's time + 1 ms, so names stay unique and ordered.
     fn roll(&self, current: &mut MutexGuard<'_, Option<Arc<IndexFile>>>) -> Result<Arc<IndexFile>> {
         let prev = current.clone();
+        if let Some(p) = &prev {
+            p.flush()?;
+        }
         let (prev_end, prev_ts) = prev.as_ref().map_or((0, 0), |f| (f.end_phy_offset(), f.end_timestamp()));
         let mut ms = (self.clock)();
         let mut name = index_file_name(ms);
@@ -271,8 +295,7 @@ impl IndexService {
         let file = Arc::new(IndexFile::create_in(self.storage, &self.dir.join(&name), self.cfg, prev_end, prev_ts)?);
         self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(Arc::clone(&file));
         **current = Some(Arc::clone(&file));
-        if let Some(p) = prev {
-            p.flush()?;
+        if prev.is_some() {
             self.rolled_end_timestamp.fetch_max(prev_ts, std::sync::atomic::Ordering::AcqRel);
         }
         Ok(file)

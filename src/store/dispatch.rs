@@ -51,7 +51,7 @@ impl ConsumeQueueStore {
             return Ok((store, skipped));
         }
         if storage == crate::mmap::Storage::Disk {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            crate::mmap::create_dir_durable(dir)?;
         }
         for topic_entry in read_dirs(dir)? {
             let name = topic_entry.file_name().and_then(|n| n.to_str()).map(str::to_owned);
