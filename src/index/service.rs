@@ -134,24 +134,6 @@ impl IndexService {
         })
     }
 
-    /// After an unclean shutdown: removes the newest index file (and syncs the directory), returning its path.
-    /// Every older file was flushed before its successor was created (see `roll`), but the newest was being
-    /// written: a power loss can have kept any subset of its pages (a slot pointing at a lost entry, a header
-    /// behind its entries), which would hide keys. Its keys are put again by dispatch, which restarts at the
-    /// last indexed offset (now the end of the file before it, or the start of the log), as RocketMQ rebuilds
-    /// the index files written after its checkpoint.
-    pub fn drop_newest(&self) -> Result<Option<PathBuf>> {
-        let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(newest) = files.pop() else { return Ok(None) };
-        *self.lock_writer() = files.last().cloned();
-        drop(files);
-        let path = newest.path().to_owned();
-        newest.delete_on_drop();
-        drop(newest);
-        crate::mmap::sync_dir(&self.dir)?;
-        Ok(Some(path))
-    }
-
     /// End timestamp of the last index file this process filled and rolled, 0 if none (RocketMQ's
     /// checkpoint `indexMsgTimestamp`: files ending after it are rebuilt by its recovery after a crash).
     pub fn rolled_end_timestamp(&self) -> i64 {
@@ -485,7 +467,7 @@ impl IndexService {
             fresh.push(Arc::new(opened));
         }
         if !overlay {
-            sync_dir(&self.dir)?;
+            crate::mmap::sync_dir(&self.dir)?;
         }
         let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(t) = target {
@@ -544,10 +526,4 @@ impl IndexService {
         }
         n
     }
-}
-
-/// Makes the renames in `dir` durable (fsync of the directory).
-fn sync_dir(dir: &Path) -> Result<()> {
-    crate::fault::check(crate::fault::FaultPoint::Fsync, dir).map_err(|e| Error::io(dir, e))?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))
 }

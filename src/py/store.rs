@@ -519,7 +519,6 @@ impl MessageStore {
         d.set_item("rebuilt_queues", r.rebuilt_queues.clone())?;
         d.set_item("rebuilt_reasons", r.rebuilt_reasons.clone())?;
         d.set_item("rebuilt_index_files", r.rebuilt_index_files.clone())?;
-        d.set_item("rebuilt_index_file", r.rebuilt_index_file.as_ref().map(|p| p.display().to_string()))?;
         d.set_item("checkpoint_restart", r.checkpoint_restart)?;
         d.set_item("dispatch_blocked", r.dispatch_blocked.as_deref())?;
         Ok(d)

@@ -165,9 +165,6 @@ pub struct RecoveryReport {
     pub rebuilt_queues: Vec<String>,
     /// Why each rebuilt queue was rebuilt, in the order of `rebuilt_queues`.
     pub rebuilt_reasons: Vec<String>,
-    /// After an unclean shutdown: the newest index file, removed because a power loss can have kept any subset
-    /// of its pages; its keys were indexed again from the commitlog.
-    pub rebuilt_index_file: Option<std::path::PathBuf>,
     /// Where dispatch restarted because the previous run did not close cleanly: the start of the segment
     /// holding the checkpoint's durable point (None after a clean close).
     pub checkpoint_restart: Option<u64>,

@@ -97,10 +97,6 @@ impl MessageStore {
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
         let abort = if options.read_only { None } else { Some(AbortFile::create(root)?) };
-        // After a crash the newest index file may hold any subset of its pages (a power loss): it is checked
-        // whole against its own rules and its entries from the restart point against their messages, and
-        // rebuilt where it fails (`index_check::check_at_open`, below).
-        let dropped_index: Option<std::path::PathBuf> = None;
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
         let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
@@ -108,8 +104,7 @@ impl MessageStore {
             let v = checkpoint.values();
             v.logics_msg_timestamp.min(v.physic_msg_timestamp)
         };
-        let mut recovery =
-            RecoveryReport { skipped_dirs, rebuilt_index_file: dropped_index, ..RecoveryReport::default() };
+        let mut recovery = RecoveryReport { skipped_dirs, ..RecoveryReport::default() };
         // Dispatch restarts where every queue and the index are complete. Re-dispatching a record that is
         // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
         let mut cq_frontier: Option<i64> = None;
