@@ -49,23 +49,30 @@ Run = Callable[..., None]
 # -- the harness ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def java() -> Run:
-    """Builds the harness once per session (Maven fetches RocketMQ on the first run) and returns a runner."""
+def maven_classpath(project: Path, target: Path | None = None, *properties: str) -> str:
+    """Builds a Maven project of the interop harness (Maven fetches RocketMQ's jars on the first run) and returns
+    its runtime classpath. Without Java 17 and Maven the test fails on CI and is skipped elsewhere."""
     missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
     if missing:
         message = f"{' and '.join(missing)} not found: the live interop tests need Java 17 and Maven"
         if JAVA_REQUIRED:
             pytest.fail(message + " (required on CI)")
         pytest.skip(message)
-    cp_file = HARNESS / "target" / "classpath.txt"
+    target = target if target is not None else project / "target"
+    cp_file = target / "classpath.txt"
     subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(HARNESS / "pom.xml"), "package", "dependency:build-classpath",
+        ["mvn", "-q", "-B", "-f", str(project / "pom.xml"), *properties, "package", "dependency:build-classpath",
          f"-Dmdep.outputFile={cp_file}"],
         check=True,
         timeout=1800,
     )  # fmt: skip
-    classpath = f"{HARNESS / 'target' / 'classes'}{os.pathsep}{cp_file.read_text().strip()}"
+    return f"{target / 'classes'}{os.pathsep}{cp_file.read_text().strip()}"
+
+
+@pytest.fixture(scope="session")
+def java() -> Run:
+    """Builds the harness once per session and returns a runner of `rmq.harness.Harness COMMAND ...`."""
+    classpath = maven_classpath(HARNESS)
 
     def run(*args: str | Path) -> None:
         proc = subprocess.run(

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_interop import maven_classpath
 
 from rmq.offsets import ConsumerOffsetManager
 
@@ -40,7 +41,6 @@ HERE = Path(__file__).parent
 PROJECT = HERE / "interop" / "offsets"
 VERSIONS = ("5.3.1", "4.9.7")
 TABLES = int(os.environ.get("RMQ_OFFSET_TABLES", "1"))
-JAVA_REQUIRED = os.environ.get("RMQ_REQUIRE_JAVA") == "1" or os.environ.get("CI", "").lower() in ("1", "true")
 
 Op = tuple[str, str, str, int, int]  # ("c", group, topic, queue id, offset) or ("r", group, "", 0, 0)
 Run = Callable[[list[tuple[Path, Path, Path | None]]], None]
@@ -50,20 +50,7 @@ Run = Callable[[list[tuple[Path, Path, Path | None]]], None]
 def rocketmq(request: pytest.FixtureRequest) -> tuple[str, Run]:
     """(version, runner): the runner executes jobs (commits file, output file, file to load or None)."""
     version: str = request.param
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
-    if missing:
-        message = f"{' and '.join(missing)} not found: the live interop tests need Java 17 and Maven"
-        if JAVA_REQUIRED:
-            pytest.fail(message + " (required on CI)")
-        pytest.skip(message)
-    target = PROJECT / "target" / version
-    subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(PROJECT / "pom.xml"), f"-Drocketmq.version={version}", "package",
-         "dependency:build-classpath", f"-Dmdep.outputFile={target / 'classpath.txt'}"],
-        check=True,
-        timeout=1800,
-    )  # fmt: skip
-    classpath = f"{target / 'classes'}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
+    classpath = maven_classpath(PROJECT, PROJECT / "target" / version, f"-Drocketmq.version={version}")
 
     def run(jobs: list[tuple[Path, Path, Path | None]]) -> None:
         jobs_file = jobs[0][1].with_suffix(".jobs")

@@ -8,7 +8,6 @@ test_interop.py: without them these tests skip on a developer machine and fail o
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_interop import CONFIG, FIXTURE, HARNESS, JAVA_REQUIRED
+from test_interop import CONFIG, FIXTURE, HARNESS, maven_classpath
 from test_lock import RMQ_HOLDER, tree
 
 import rmq
@@ -28,20 +27,7 @@ Driver = Callable[..., subprocess.Popen[str]]
 @pytest.fixture(scope="module")
 def driver() -> Driver:
     """Builds the harness (as test_interop.py does) and returns a starter of `LockDriver COMMAND DIR`."""
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
-    if missing:
-        message = f"{' and '.join(missing)} not found: the lock interop tests need Java 17 and Maven"
-        if JAVA_REQUIRED:
-            pytest.fail(message + " (required on CI)")
-        pytest.skip(message)
-    cp_file = HARNESS / "target" / "classpath.txt"
-    subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(HARNESS / "pom.xml"), "package", "dependency:build-classpath",
-         f"-Dmdep.outputFile={cp_file}"],
-        check=True,
-        timeout=1800,
-    )  # fmt: skip
-    classpath = f"{HARNESS / 'target' / 'classes'}{os.pathsep}{cp_file.read_text().strip()}"
+    classpath = maven_classpath(HARNESS)
 
     def start(command: str, store: Path) -> subprocess.Popen[str]:
         return subprocess.Popen(

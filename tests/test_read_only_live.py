@@ -6,7 +6,6 @@ writes no file, and once the broker stops, reads exactly what RocketMQ reads."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_interop import CONFIG, HARNESS, Run, by_type, java, java_describe
+from test_interop import CONFIG, HARNESS, Run, by_type, java, java_describe, maven_classpath
 from test_read_only import snapshot
 
 import rmq
@@ -31,8 +30,7 @@ def body(i: int) -> bytes:
 
 @pytest.fixture
 def live_writer(java: Run, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    cp_file = HARNESS / "target" / "classpath.txt"  # built by the `java` fixture
-    classpath = f"{HARNESS / 'target' / 'classes'}{os.pathsep}{cp_file.read_text().strip()}"
+    classpath = maven_classpath(HARNESS)
     store = tmp_path / "broker"
     proc = subprocess.Popen(
         ["java", "-cp", classpath, "rmq.harness.LiveWriter", str(store), str(N)],
