@@ -320,7 +320,7 @@ impl CommitLog {
     /// One past the last non-zero byte at or after `p`, over every segment (`p` when all are zero).
     /// Only the data extents the filesystem reports are read ([`MappedFile::data_ranges`]): a segment's tail that
     /// was claimed and never written costs nothing.
-    fn last_nonzero_end(&self, p: u64) -> u64 {
+    pub(crate) fn last_nonzero_end(&self, p: u64) -> u64 {
         let mut end = p;
         for f in self.queue.files().iter().filter(|f| f.end() > p) {
             let from = (p.max(f.start()) - f.start()) as usize;

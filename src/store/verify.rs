@@ -23,7 +23,7 @@ use super::index_check::has_key_hash;
 use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
-use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
+use crate::commitlog::cursor::{find_valid_record, Cursor, Step};
 use crate::commitlog::{CommitLog, RecoveryMode};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
@@ -171,12 +171,9 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport) -> Vec<Break> {
             Some(Step::Partial { file, .. }) => (file, "record is truncated".to_owned()),
             Some(Step::Invalid { file, reason, .. }) => (file, reason),
         };
-        // All zeros from here to the end of the last segment: the clean end of the data.
-        let rest_zero = queue.files().iter().filter(|f| f.end() > at).all(|f| {
-            let from = at.max(f.start());
-            f.slice((from - f.start()) as usize, (f.end() - from) as usize).is_some_and(|b| nonzero_extent(b) == 0)
-        });
-        if rest_zero {
+        // All zeros from here to the end of the last segment: the clean end of the data (only the data extents
+        // the filesystem reports are read).
+        if log.last_nonzero_end(at) <= at {
             break;
         }
         breaks.push(Break { offset: at, path: file.path().to_owned(), reason, following: 0, topics: BTreeMap::new() });
