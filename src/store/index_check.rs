@@ -68,6 +68,23 @@ impl Keys {
     }
 }
 
+/// The stored keyHashes of the record's index keys (its UNIQ_KEY, each non-empty KEYS token), in order.
+pub(super) fn key_hashes(rec: &Record) -> Vec<i32> {
+    let bytes = rec.bytes();
+    let h = &rec.header;
+    let topic = decode_utf8_lossy(h.topic(bytes));
+    let topic_hash = hash_continue(0, &topic);
+    let props = h.properties(bytes);
+    let mut out = Vec::new();
+    if let Some(u) = properties::get_raw(props, keys::UNIQ_KEY) {
+        out.push(key_hash_from(topic_hash, &decode_utf8_lossy(u)));
+    }
+    if let Some(k) = properties::get_raw(props, keys::KEYS) {
+        out.extend(decode_utf8_lossy(k).split(' ').filter(|t| !t.is_empty()).map(|t| key_hash_from(topic_hash, t)));
+    }
+    out
+}
+
 /// Whether one of the record's index keys (its UNIQ_KEY, each non-empty KEYS token) has the stored keyHash
 /// `hash`. Borrows the record's bytes (no copy for valid UTF-8): checks of every index entry call it.
 pub(super) fn has_key_hash(rec: &Record, hash: i32) -> bool {

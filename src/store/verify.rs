@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::dispatch::ConsumeQueueStore;
-use super::index_check::has_key_hash;
+use super::index_check::key_hashes;
 use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
@@ -107,7 +107,15 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     };
     let log = &store.commitlog;
     rep.segments = log.queue().files().len();
-    let walk = walk_log(log, &mut rep);
+    let size = config.consume_queue.mapped_file_size_consume_queue;
+    let (queues, skipped) = ConsumeQueueStore::load_in(Storage::Overlay, &root.join("consumequeue"), size)?;
+    let mut seen = QueueMatches::default();
+    for cq in queues.all() {
+        cq.recover()?;
+        seen.add(cq);
+    }
+    let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
+    let walk = walk_log(log, &mut rep, &mut seen, &delay_levels);
     let open = store.open_report();
     for b in &walk {
         let torn = open.torn_bytes > 0 && b.offset == open.end_offset;
@@ -132,7 +140,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
             what: format!("{} segment(s) after the end hold nothing (pre-allocated)", open.removed_files),
         });
     }
-    check_queues(root, &config, log, &mut rep)?;
+    check_queues(skipped, &seen, &delay_levels, log, &mut rep);
     check_index(root, &config, log, &mut rep)?;
     check_checkpoint(root, &store, &mut rep);
     check_offsets(root, &store, &mut rep);
@@ -143,7 +151,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
 
 /// Every record of the log with CRCs; the positions that are not records (past which the walk resynchronises
 /// at the next valid record), each with the valid records after it.
-fn walk_log(log: &CommitLog, rep: &mut CheckReport) -> Vec<Break> {
+fn walk_log(log: &CommitLog, rep: &mut CheckReport, seen: &mut QueueMatches, delay_levels: &[i64]) -> Vec<Break> {
     let queue = log.queue();
     let Some(last) = queue.last() else { return Vec::new() };
     let limit = last.end();
@@ -157,6 +165,7 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport) -> Vec<Break> {
             Some(Step::Record(rec)) => {
                 rep.records += 1;
                 rep.record_bytes += u64::from(rec.header.total_size.unsigned_abs());
+                seen.record(&rec, delay_levels);
                 if !breaks.is_empty() {
                     let topic = decode_utf8_lossy(rec.header.topic(rec.bytes())).into_owned();
                     for b in &mut breaks {
@@ -185,10 +194,67 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport) -> Vec<Break> {
     breaks
 }
 
-/// Every entry of every queue on disk against its record.
-fn check_queues(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut CheckReport) -> Result<()> {
-    let size = config.consume_queue.mapped_file_size_consume_queue;
-    let (queues, skipped) = ConsumeQueueStore::load_in(Storage::Overlay, &root.join("consumequeue"), size)?;
+/// Consume queues by (topic, queue id), and how many of each queue's entries the walk found to name their record
+/// exactly (offset, size, tagsCode, at the record's queue offset).
+#[derive(Default)]
+struct QueueMatches {
+    queues: Vec<(std::sync::Arc<crate::consume_queue::ConsumeQueue>, u64)>,
+    by_key: std::collections::HashMap<(Vec<u8>, i32), usize>,
+    last: Option<usize>,
+}
+
+impl QueueMatches {
+    fn add(&mut self, cq: std::sync::Arc<crate::consume_queue::ConsumeQueue>) {
+        self.by_key.insert((cq.topic().as_bytes().to_vec(), cq.queue_id()), self.queues.len());
+        self.queues.push((cq, 0));
+    }
+
+    /// Counts the record's consume-queue entry if it names the record exactly.
+    fn record(&mut self, rec: &crate::commitlog::Record, delay_levels: &[i64]) {
+        let h = &rec.header;
+        if !matches!(
+            h.transaction_type(),
+            crate::message::TransactionType::NotType | crate::message::TransactionType::Commit
+        ) || h.queue_offset < 0
+        {
+            return;
+        }
+        let bytes = rec.bytes();
+        let topic = h.topic(bytes);
+        let hit = self.last.filter(|&i| {
+            let cq = &self.queues[i].0;
+            cq.queue_id() == h.queue_id && cq.topic().as_bytes() == topic
+        });
+        let Some(i) = hit.or_else(|| self.by_key.get(&(topic.to_vec(), h.queue_id)).copied()) else { return };
+        self.last = Some(i);
+        let cq = &self.queues[i].0;
+        let Some(e) = cq.entry(h.queue_offset as u64) else { return };
+        if e.offset != rec.offset() as i64 || e.size != h.total_size {
+            return;
+        }
+        let props = h.properties(bytes);
+        let code = tags_code_of(
+            topic,
+            properties::get_raw(props, keys::TAGS),
+            properties::get_raw(props, keys::DELAY),
+            h.store_timestamp,
+            delay_levels,
+        );
+        if code.ok() == Some(e.tags_code) {
+            self.queues[i].1 += 1;
+        }
+    }
+}
+
+/// Every entry of every queue on disk against its record: a queue whose every entry the walk matched is done;
+/// the others are checked entry by entry, to name the first bad one.
+fn check_queues(
+    skipped: Vec<PathBuf>,
+    seen: &QueueMatches,
+    delay_levels: &[i64],
+    log: &CommitLog,
+    rep: &mut CheckReport,
+) {
     for dir in skipped {
         rep.findings.push(Finding {
             area: "consumequeue",
@@ -198,11 +264,32 @@ fn check_queues(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Ch
             what: "not a topic or queue-id directory; left alone".into(),
         });
     }
-    let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
-    let end = log.max_offset() as i64;
     let log_min = log.min_offset() as i64;
-    for cq in queues.all() {
-        cq.recover()?;
+    let end = log.max_offset() as i64;
+    for (cq, matched) in &seen.queues {
+        let (min, max) = (cq.min_offset(), cq.max_offset());
+        let expected = (min..max)
+            .filter_map(|q| cq.entry(q))
+            .filter(|e| !(e.is_pre_blank() || (0..log_min).contains(&e.offset)))
+            .count() as u64;
+        if expected == *matched {
+            rep.cq_entries += (min..max).filter_map(|q| cq.entry(q)).filter(|e| !e.is_pre_blank()).count() as u64;
+            continue;
+        }
+        check_queue(cq, delay_levels, log, log_min, end, rep);
+    }
+}
+
+/// One queue, entry by entry against its record.
+fn check_queue(
+    cq: &crate::consume_queue::ConsumeQueue,
+    delay_levels: &[i64],
+    log: &CommitLog,
+    log_min: i64,
+    end: i64,
+    rep: &mut CheckReport,
+) {
+    {
         let (min, max) = (cq.min_offset(), cq.max_offset());
         let mut bad = 0u64;
         let mut first_bad: Option<(u64, String)> = None;
@@ -227,7 +314,7 @@ fn check_queues(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Ch
                             properties::get_raw(props, keys::TAGS),
                             properties::get_raw(props, keys::DELAY),
                             h.store_timestamp,
-                            &delay_levels,
+                            delay_levels,
                         )
                         .ok();
                         let mut diffs = Vec::new();
@@ -274,7 +361,6 @@ fn check_queues(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Ch
             });
         }
     }
-    Ok(())
 }
 
 /// Each index file whole, and every entry against its record.
@@ -299,15 +385,21 @@ fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Che
         let mut bad = 0u64;
         let mut first: Option<(u64, String)> = None;
         let log_min = log.min_offset() as i64;
+        let mut cached: Option<(i64, Option<Vec<i32>>)> = None;
         f.entries_back(&mut |n, hash, offset| {
             rep.index_entries += 1;
             if offset < log_min && offset >= 0 {
                 return true;
             }
-            let ok = match log.read(offset.max(0) as u64) {
-                Ok(Some(rec)) => has_key_hash(&rec, hash),
-                _ => false,
-            };
+            // Entries are in commitlog order, and a message's keys are neighbours: its record is read once.
+            if cached.as_ref().is_none_or(|(o, _)| *o != offset) {
+                let hashes = match log.read(offset.max(0) as u64) {
+                    Ok(Some(rec)) => Some(key_hashes(&rec)),
+                    _ => None,
+                };
+                cached = Some((offset, hashes));
+            }
+            let ok = cached.as_ref().and_then(|(_, h)| h.as_ref()).is_some_and(|h| h.contains(&hash));
             if !ok {
                 bad += 1;
                 first.get_or_insert((
