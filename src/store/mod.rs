@@ -5,6 +5,7 @@ pub mod dispatch;
 pub mod get;
 mod index_check;
 pub mod open;
+pub mod services;
 pub mod validate;
 pub mod verify;
 
@@ -147,6 +148,8 @@ pub struct MessageStore {
     dispatched_timestamp: AtomicI64,
     recovery: RecoveryReport,
     issues: Mutex<IssueLog>,
+    /// The background services (`services/`), started by `start_services`, stopped first by `close`.
+    services: services::Services,
 }
 
 /// What opening did to the derived files.
@@ -566,6 +569,7 @@ impl MessageStore {
     /// Idempotent. A poisoned store keeps its abort file so the next open knows the last run did not end
     /// cleanly; so does a store whose dispatch could not finish.
     pub fn close(&self) -> Result<()> {
+        self.services.shutdown();
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
         let result = match previous {
             State::Open { _lock, abort } => (|| {

@@ -205,6 +205,7 @@ impl MessageStore {
             dispatched_timestamp: AtomicI64::new(0),
             recovery,
             issues: Mutex::new(IssueLog::default()),
+            services: super::services::Services::default(),
         };
         // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
         loop {
