@@ -137,11 +137,14 @@ pub struct ServiceStats {
 #[derive(Debug, Default)]
 pub struct Services {
     started: AtomicBool,
-    threads: Mutex<Vec<(Arc<ServiceThread>, Option<JoinHandle<()>>)>>,
+    threads: Mutex<Vec<Running>>,
 }
 
+/// A started service and its thread (taken when joined).
+type Running = (Arc<ServiceThread>, Option<JoinHandle<()>>);
+
 impl Services {
-    fn threads(&self) -> std::sync::MutexGuard<'_, Vec<(Arc<ServiceThread>, Option<JoinHandle<()>>)>> {
+    fn threads(&self) -> std::sync::MutexGuard<'_, Vec<Running>> {
         self.threads.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -259,6 +262,7 @@ impl MessageStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::Instant;
