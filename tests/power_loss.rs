@@ -1,7 +1,7 @@
 //! Power loss: the images a power failure can leave, opened and checked.
 //!
 //! A workload (single puts and batches of 1–4 messages of 1 B–1.5 KiB into two topics of two queues each,
-//! 16 KiB commitlog segments, 5-entry consume-queue files, two-page index files of 63 keys, a reput thread,
+//! 16 KiB commitlog segments, 5-entry consume-queue files, two-page index files of 63 keys, the reput service,
 //! a clean close and reopen half-way) runs once per seed while [`rmq::sync_record`] records every sync and every
 //! write under the store and captures the state just before some of them: what earlier syncs made durable,
 //! and every file as the page cache held it. Each capture is a cut point, "the power fails just before this
@@ -24,9 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rmq::config::{FlushDiskType, StoreConfig};
 use rmq::message::PutMessageStatus;
@@ -69,46 +67,20 @@ struct Op {
     events_after: u64,
 }
 
-/// A store with a reput thread.
+/// A store with its background services (the reput service dispatches in the background).
 struct Running {
     store: Arc<MessageStore>,
-    stop: Arc<AtomicBool>,
-    reput: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Running {
     fn open(root: &Path, cfg: StoreConfig) -> rmq::Result<Self> {
         let store = Arc::new(MessageStore::open(root, cfg)?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (store.clone(), stop.clone());
-        let reput = std::thread::spawn(move || {
-            while !st.load(Ordering::Acquire) {
-                if s.dispatch(4096, false).is_err() {
-                    return;
-                }
-                s.wait_new_data(Duration::from_millis(20));
-            }
-        });
-        Ok(Running { store, stop, reput: Some(reput) })
+        store.start_services()?;
+        Ok(Running { store })
     }
 
-    fn close(mut self) -> rmq::Result<()> {
-        self.stop_reput();
+    fn close(self) -> rmq::Result<()> {
         self.store.close()
-    }
-
-    fn stop_reput(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.store.wake_dispatcher();
-        if let Some(t) = self.reput.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop_reput();
     }
 }
 

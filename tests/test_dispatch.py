@@ -2,17 +2,19 @@
 
 Every queue's max offset equals the number of messages put to it, every entry points at its record with the
 right size and tagsCode, keys find their messages (and only theirs), time searches follow RocketMQ's
-boundary rules, and the reput thread wakes on puts instead of spinning.
+boundary rules, and the store's native reput service wakes on puts instead of spinning, retries after an error, and stops
+with the store.
 """
 
 from __future__ import annotations
 
+import errno
+import gc
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 import rmq
 from conftest import SMALL, small_config
@@ -201,65 +203,89 @@ def test_time_search_boundaries(store_dir: Path) -> None:
         assert store.get_offset_in_queue_by_time("T", 2, stamps[-1] + 1, UPPER) == 39
 
 
-def test_reput_wakes_on_put_and_notifies_listeners(store_dir: Path) -> None:
-    from rmq.reput import ReputMessageService
-
-    with rmq.MessageStore(store_dir, SMALL, start_reput=False) as store:
-        # An hour between idle polls: a listener called within seconds was woken by the put.
-        reput = ReputMessageService(store, idle_wait=3600.0)
-        reput.start()
-        arrived: list[tuple[str, int, int]] = []
-        got = threading.Event()
-
-        def listener(topic: str, queue_id: int, next_offset: int) -> None:
-            arrived.append((topic, queue_id, next_offset))
-            got.set()
-
-        reput.add_listener(listener)
-        time.sleep(0.3)  # idle: the thread must be waiting, not polling
-        rounds_idle = reput.rounds
-        time.sleep(0.5)
-        assert reput.rounds - rounds_idle <= 2, "the reput thread spins while idle"
-        for i in range(5):
-            got.clear()
-            store.put("Poll", b"x", queue_id=1)
-            assert got.wait(30), "the put did not wake the reput thread"
-            assert arrived[-1] == ("Poll", 1, i + 1)
-        reput.remove_listener(listener)  # once it returns, the listener is not called again
-        store.put("Poll", b"x", queue_id=1)
-        assert store.wait_dispatched()
-        assert len(arrived) == 5
-        reput.stop()
+def _eventually(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
-def test_listener_errors_do_not_stop_dispatch(store_dir: Path) -> None:
+def test_reput_service_wakes_on_put_and_publishes_arrivals(store_dir: Path) -> None:
     with rmq.MessageStore(store_dir, SMALL) as store:
-
-        def bad(topic: str, queue_id: int, next_offset: int) -> None:
-            raise RuntimeError("listener bug")
-
-        store.reput.add_listener(bad)
-        store.put("T", b"x")
-        store.put("T", b"y")
-        assert store.wait_dispatched()
-        assert store.get_max_offset_in_queue("T", 0) == 2
+        assert [s.name for s in store.service_stats()][:1] == ["reput"]
         assert store.reput.running
+        ours = [t.name for t in threading.enumerate() if t.name.startswith("rmq")]
+        assert ours == [], f"the store runs Python threads: {ours}"
+        time.sleep(0.3)  # idle: the service must be waiting, not polling
+        rounds_idle = store.reput.rounds
+        time.sleep(0.5)
+        assert store.reput.rounds - rounds_idle <= 2, "the reput service spins while idle"
+        for i in range(5):
+            seen = store.arrival_seq
+            store.put("Poll", b"x", queue_id=1)
+            # An hour of timeout: returning at all means the put's dispatch advanced the arrival sequence.
+            assert store.wait_arrival(seen, 3600) != seen
+            assert store.get_max_offset_in_queue("Poll", 1) == i + 1
+        assert _eventually(lambda: store.reput.work == 5), "records dispatched by the service"
+        assert store.reput.errors == 0
 
 
-def test_stop_is_prompt_and_close_dispatches_the_rest(store_dir: Path) -> None:
-    store = rmq.MessageStore(store_dir, SMALL)
-    store.reput.stop()
+def test_reput_records_an_error_and_retries(store_dir: Path) -> None:
+    from rmq.testing import injected_fault
+
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        # No space for the new queue's first file: the service's round fails and is retried a second later.
+        with injected_fault("allocate", errno=errno.ENOSPC, path=store_dir / "consumequeue"):
+            store.put("Full", b"x")
+            assert _eventually(lambda: store.reput.errors >= 1)
+            assert store.get_max_offset_in_queue("Full", 0) == 0
+        last = store.reput.last_error
+        assert last is not None and "space" in last.lower(), last
+        assert store.reput.running
+        assert store.wait_dispatched(30)
+        assert store.get_max_offset_in_queue("Full", 0) == 1
+
+
+def test_without_services_close_dispatches_the_rest(store_dir: Path) -> None:
+    store = rmq.MessageStore(store_dir, SMALL, start_services=False)
+    assert store.service_stats() == []
     assert not store.reput.running
     store.put("T", b"x")
     assert store.get_max_offset_in_queue("T", 0) == 0
-    start = time.monotonic()
     store.close()
-    assert time.monotonic() - start < 0.5
-    with rmq.MessageStore(store_dir, SMALL) as again:
+    with rmq.MessageStore(store_dir, SMALL, start_reput=False) as again:
+        assert again.service_stats() == [], "start_reput=False is start_services=False"
         assert again.recovery_report["redispatched_records"] == 0, "a clean close left nothing to dispatch"
         assert again.get_max_offset_in_queue("T", 0) == 1
-    with pytest.raises(RuntimeError):
-        again.reput.start()
+
+
+def test_close_stops_the_services_and_a_dropped_store_stops_them_too(store_dir: Path) -> None:
+    def native_threads() -> list[str]:
+        names = []
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                names.append((task / "comm").read_text().strip())
+            except OSError:
+                continue
+        return sorted(n for n in names if n.startswith("rmq-"))
+
+    gc.collect()
+    before = native_threads()
+    store = rmq.MessageStore(store_dir / "a", SMALL)
+    assert _eventually(lambda: "rmq-reput" in native_threads())  # a thread names itself once it runs
+    store.close()
+    assert not store.reput.running
+    assert native_threads() == before, "close joined every service thread"
+    dropped = rmq.MessageStore(store_dir / "b", SMALL)
+    dropped.put("T", b"x")
+    assert _eventually(lambda: "rmq-reput" in native_threads())
+    del dropped
+    gc.collect()
+    assert _eventually(lambda: native_threads() == before), "a store dropped without close stops its services"
+    with rmq.MessageStore(store_dir / "b", SMALL) as again:
+        assert again.get_max_offset_in_queue("T", 0) == 1, "the drop closed the store"
 
 
 def test_sync_flush_dispatches_flushed_data(store_dir: Path) -> None:

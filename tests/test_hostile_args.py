@@ -30,7 +30,6 @@ import rmq.rebalance as rb
 from conftest import SMALL, snapshot
 from rmq import _native
 from rmq.consumer import ArrivalWaiter, topic_queues
-from rmq.reput import ReputMessageService
 
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "20"))
 TOPICS = ("T", "U")
@@ -202,7 +201,7 @@ def _open_store(e: Env, d: Draw) -> object:
     start = d(arg(st.booleans()))
     where = d(st.one_of(st.just(path), HOSTILE.filter(lambda v: not isinstance(v, str))))
     try:
-        with rmq.MessageStore(where, config, start_reput=start):
+        with rmq.MessageStore(where, config, start_services=start):
             pass
     except rmq.RmqError:
         assert not path.exists(), "a refused open created the store directory"
@@ -290,20 +289,12 @@ def _pull_block(e: Env, d: Draw) -> object:
     return e.consumer.pull_block_if_not_found(d(arg(MQ)), offset, timeout=d(TIMEOUT), **kw)
 
 
-def _add_listener(e: Env, d: Draw) -> object:
-    listener = d(st.one_of(st.just(lambda topic, queue_id, next_offset: None), HOSTILE))
-    e.store.reput.add_listener(listener)
-    e.store.reput.remove_listener(listener)
-    return None
+def _wait_arrival(e: Env, d: Draw) -> object:
+    return e.store.wait_arrival(d(arg(st.integers(0, 10))), d(TIMEOUT))
 
 
-def _wait_new_data(e: Env, d: Draw) -> object:
-    return e.store._wait_new_data(d(TIMEOUT))
-
-
-def _reput_service(e: Env, d: Draw) -> object:
-    store = d(st.one_of(st.just(e.store), HOSTILE))
-    return ReputMessageService(store, **kwargs_of(d, batch_size=st.integers(1, 10), idle_wait=SMALL_TIMEOUT))
+def _wait_queue_beyond(e: Env, d: Draw) -> object:
+    return e.store.wait_queue_beyond(d(arg(TOPIC)), d(arg(QID)), d(arg(st.integers(0, 100))), d(TIMEOUT))
 
 
 def _waiter(e: Env, d: Draw) -> object:
@@ -430,7 +421,7 @@ def _offsets_codec(e: Env, d: Draw) -> object:
 
 def _open_read_only(e: Env, d: Draw) -> object:
     """A read-only open of the open store (it takes no lock), with hostile arguments."""
-    kw = kwargs_of(d, read_only=st.booleans(), start_reput=st.booleans())
+    kw = kwargs_of(d, read_only=st.booleans(), start_services=st.booleans(), start_reput=st.booleans())
     store = rmq.MessageStore(e.root / "store", SMALL, **kw)
     try:
         return store.refresh()
@@ -512,7 +503,8 @@ CALLS: dict[str, Call] = {
     "consume_queue_files": _store_call("consume_queue_files", TOPIC, QID),
     "wait_dispatched": _store_call("wait_dispatched", timeout=SMALL_TIMEOUT),
     "_wait_dispatched": _store_call("_wait_dispatched", timeout=SMALL_TIMEOUT),
-    "_wait_new_data": _wait_new_data,
+    "wait_arrival": _wait_arrival,
+    "wait_queue_beyond": _wait_queue_beyond,
     "_dispatch": _store_call("_dispatch", max_records=st.integers(0, 10), want_arrivals=st.booleans()),
     "_cq_entries": _store_call("_cq_entries", TOPIC, QID, from_offset=OFFSET, max_entries=st.integers(0, 9)),
     "commit_offset": _manager_call("commit_offset", GROUP, TOPIC, QID, OFFSET, journal=st.booleans()),
@@ -539,8 +531,6 @@ CALLS: dict[str, Call] = {
     "fetch_consume_offset": _consumer_call("fetch_consume_offset", MQ),
     "fetch_subscribe_message_queues": _consumer_call("fetch_subscribe_message_queues", TOPIC),
     "PushConsumer": _new_push_consumer,
-    "ReputMessageService": _reput_service,
-    "ReputMessageService.add_listener": _add_listener,
     "ArrivalWaiter.wait_beyond": _waiter,
     "topic_queues": _topic_queues,
     "allocate_sorted": _allocate,

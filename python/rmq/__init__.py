@@ -42,8 +42,7 @@ from rmq.consumer import PullConsumer, PullResult, PullStatus
 from rmq.offsets import ConsumerOffsetManager
 from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer
 from rmq.rebalance import MessageQueue
-from rmq.reput import ReputMessageService
-from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, StoreConfig
+from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, ServiceStats, StoreConfig
 
 __all__ = [
     "ArgumentTypeError",
@@ -79,9 +78,9 @@ __all__ = [
     "PutResult",
     "QueryMessageResult",
     "RecordView",
-    "ReputMessageService",
     "RmqError",
     "Scanner",
+    "ServiceStats",
     "StoreClosedError",
     "StoreConfig",
     "StoreIOError",

@@ -12,8 +12,8 @@ rmq runs RocketMQ's broker and client halves in one process: a pull goes straigh
 | OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL | PULL_OFFSET_MOVED | OFFSET_ILLEGAL |
 | NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE | PULL_NOT_FOUND at 0, else OFFSET_MOVED | NO_NEW_MSG, OFFSET_ILLEGAL |
 
-Long polling (`ArrivalWaiter`): a pull that finds nothing new waits for the reput service to report an arrival
-in its queue (or a timeout) instead of polling.
+Long polling (`ArrivalWaiter`): a pull that finds nothing new waits on the store's native arrival signal (the
+reput service advances it when entries reach a queue) or a timeout, instead of polling.
 """
 
 from __future__ import annotations
@@ -75,10 +75,12 @@ def pull_status(status: GetMessageStatus, offset: int) -> PullStatus:
 
 
 class ArrivalWaiter:
-    """Long polling for one store: waits until a queue holds messages past an offset, woken by the reput
-    service's arrival notifications (RocketMQ's `PullRequestHoldService` + `NotifyMessageArrivingListener`).
+    """Long polling for one store: waits until a queue holds messages past an offset, woken by the store's
+    native arrival signal (RocketMQ's `PullRequestHoldService` + `NotifyMessageArrivingListener`): the reput
+    service advances `store.arrival_seq` after every round that adds consume-queue entries, and the waits run
+    in Rust with the GIL released.
 
-    One per store (`ArrivalWaiter.of(store)`); it registers itself as an arrival listener.
+    One per store (`ArrivalWaiter.of(store)`).
     """
 
     _by_store: weakref.WeakKeyDictionary[MessageStore, ArrivalWaiter] = weakref.WeakKeyDictionary()
@@ -86,10 +88,6 @@ class ArrivalWaiter:
 
     def __init__(self, store: MessageStore) -> None:
         self._store = weakref.ref(store)
-        self._cond = threading.Condition()
-        #: Arrival notifications received (for tests and stats).
-        self.arrivals = 0
-        store.reput.add_listener(self._arrived)
 
     @classmethod
     def of(cls, store: MessageStore) -> ArrivalWaiter:
@@ -101,44 +99,38 @@ class ArrivalWaiter:
                 cls._by_store[store] = waiter
             return waiter
 
-    def _arrived(self, topic: str, queue_id: int, next_offset: int) -> None:
-        with self._cond:
-            self.arrivals += 1
-            self._cond.notify_all()
+    @property
+    def arrivals(self) -> int:
+        """The store's arrival sequence (it also advances on `notify_all`); 0 once the store is gone."""
+        store = self._store()
+        return 0 if store is None else store.arrival_seq
 
     def notify_all(self) -> None:
         """Wakes every waiter (on shutdown or rebalance)."""
-        with self._cond:
-            self._cond.notify_all()
+        store = self._store()
+        if store is not None:
+            store.wake_arrival_waiters()
 
     def wait_beyond(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
         """Waits until (topic, queue_id) has a dispatched message at or after `offset`, or `timeout` seconds.
 
-        Returns whether there is one. Wakes on arrivals, never polls the store in between.
+        Returns whether there is one (False too when the store closes). Wakes on arrivals, never polls.
         """
         _args.text(topic, "topic")
         _args.java_int(queue_id, "queue_id")
         _args.java_long(offset, "offset")
-        deadline = time.monotonic() + _args.seconds(timeout)
-        with self._cond:
-            while True:
-                store = self._store()
-                if store is None or store.closed:
-                    return False
-                if store.get_max_offset_in_queue(topic, queue_id) > offset:
-                    return True
-                del store
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
+        timeout = _args.seconds(timeout)
+        store = self._store()
+        if store is None or store.closed:
+            return False
+        return store.wait_queue_beyond(topic, queue_id, offset, timeout)
 
     def wait_arrival_since(self, seen: int, timeout: float) -> None:
         """Waits up to `timeout` seconds for an arrival anywhere, unless one came since `arrivals` was `seen`."""
         timeout = _args.seconds(timeout)
-        with self._cond:
-            if self.arrivals == seen:
-                self._cond.wait(timeout)
+        store = self._store()
+        if store is not None:
+            store.wait_arrival(seen, timeout)
 
 
 def as_queue(mq: MessageQueue | tuple[str, int]) -> MessageQueue:

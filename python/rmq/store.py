@@ -9,7 +9,6 @@ from typing import Any, Literal, NamedTuple
 
 from rmq import _args, _native
 from rmq._native import ArgumentTypeError, InvalidConfigError
-from rmq.reput import ReputMessageService
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
 BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
@@ -145,6 +144,23 @@ class ConsumeQueueEntry(NamedTuple):
     tags_code: int
 
 
+class ServiceStats(NamedTuple):
+    """What one of the store's background services has done (`MessageStore.service_stats()`)."""
+
+    #: "reput", "flush", "flush_cq", "warm".
+    name: str
+    #: Whether its thread is alive.
+    running: bool
+    #: Rounds of work done.
+    rounds: int
+    #: Units of work: records dispatched (reput), bytes flushed (flush, flush_cq), bytes warmed (warm).
+    work: int
+    #: Rounds that failed (the service retries on its schedule).
+    errors: int
+    #: The last failure's message.
+    last_error: str | None
+
+
 class QueryMessageResult(NamedTuple):
     """Messages found by key, oldest first, and when/where the index was last updated."""
 
@@ -170,7 +186,9 @@ class MessageStore(_native.MessageStore):
     Opening takes RocketMQ's lock on the directory (an fcntl lock on `<root>/lock`, so a running broker and rmq
     exclude each other, and a second open in this process raises `StoreLockedError`), validates the
     tail of the commitlog, recovers the consume queues and the index, dispatches whatever they lack, and
-    starts the reput service (`self.reput`) that dispatches later puts in the background. Use it as a
+    starts the store's background services (native threads, no GIL: reput dispatches later puts, see
+    `service_stats()`). `start_services=False` (or its older name `start_reput=False`) starts none: dispatch
+    then happens on `dispatch_all()` / `wait_dispatched()` and flushing on `flush()` / `close()`. Use it as a
     context manager, or call `close()`. Every call that touches files releases the GIL.
 
     With `read_only=True` opening writes nothing at all (no lock, no abort file, no checkpoint, no repair, no
@@ -181,19 +199,20 @@ class MessageStore(_native.MessageStore):
     """
 
     config: StoreConfig
-    reput: ReputMessageService
 
     def __new__(
         cls,
         path: str | os.PathLike[str],
         config: StoreConfig | None = None,
         *,
-        start_reput: bool = True,
+        start_services: bool = True,
         recovery: Recovery = "strict",
         read_only: bool = False,
+        start_reput: bool = True,
     ) -> MessageStore:
         if config is not None and not isinstance(config, StoreConfig):
             raise ArgumentTypeError(f"config must be an rmq.StoreConfig or None, got {type(config).__name__}")
+        _args.boolean(start_services, "start_services")
         _args.boolean(start_reput, "start_reput")
         _args.boolean(read_only, "read_only")
         if not isinstance(path, str | os.PathLike):
@@ -208,15 +227,28 @@ class MessageStore(_native.MessageStore):
         path: str | os.PathLike[str],
         config: StoreConfig | None = None,
         *,
-        start_reput: bool = True,
+        start_services: bool = True,
         recovery: Recovery = "strict",
         read_only: bool = False,
+        start_reput: bool = True,
     ) -> None:
-        self.reput = ReputMessageService(self)
         # A read-only store takes no puts: everything is dispatched by the open, and `refresh()` dispatches
         # what another process added.
-        if start_reput and not read_only:
-            self.reput.start()
+        if start_services and start_reput and not read_only:
+            self._start_services()
+
+    def service_stats(self) -> list[ServiceStats]:
+        """The background services started (in start order) and what each has done."""
+        return [ServiceStats(*s) for s in self._service_stats()]
+
+    @property
+    def reput(self) -> ServiceStats:
+        """The reput (dispatch) service's counters; `running` is False when services were not started or have
+        stopped (`work` counts the records it dispatched)."""
+        for s in self.service_stats():
+            if s.name == "reput":
+                return s
+        return ServiceStats("reput", False, 0, 0, 0, None)
 
     @property
     def consumer_offset_path(self) -> str:
@@ -224,10 +256,7 @@ class MessageStore(_native.MessageStore):
         return os.path.join(self.path, "config", "consumerOffset.json")
 
     def close(self) -> None:
-        """Stops the reput service, dispatches what is left, flushes everything and closes. Idempotent."""
-        reput = getattr(self, "reput", None)
-        if reput is not None:
-            reput.stop()
+        """Stops the background services, dispatches what is left, flushes everything and closes. Idempotent."""
         super().close()
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:

@@ -7,7 +7,7 @@ pub mod recover;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::CommitLogConfig;
 use crate::error::{Error, Result};
@@ -52,64 +52,32 @@ pub struct Appended {
     pub dirty_from: u64,
 }
 
-/// How far ahead of the write position pages are faulted in by the warm-up thread.
+/// How far ahead of the write position pages are faulted in by the warm service.
 const WARM_AHEAD: u64 = 32 * 1024 * 1024;
 /// Granularity of one prefault call.
 const WARM_CHUNK: u64 = 2 * 1024 * 1024;
 
-/// Background page warm-up (RocketMQ pre-touches its mapped files too): faults the pages just ahead of the
-/// write position in on another thread, so puts do not pay for page allocation and zeroing.
+/// Page warm-up (RocketMQ pre-touches its mapped files too): appends request that the pages just ahead of the
+/// write position be faulted in, and the store's `warm` service does it ([`CommitLog::warm_round`]), so puts
+/// do not pay for page allocation and zeroing.
 #[derive(Debug, Default)]
-struct Warmer {
-    state: Mutex<WarmState>,
-    wake: Condvar,
+struct Warm {
+    /// Pages below this offset are wanted in memory.
     requested: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct WarmState {
-    target: u64,
-    stop: bool,
-}
-
-impl Warmer {
-    fn request(&self, target: u64) {
-        self.requested.store(target, Ordering::Relaxed);
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.target = st.target.max(target);
-        self.wake.notify_one();
-    }
-
-    fn run(&self, queue: &FileQueue, mut done: u64) {
-        loop {
-            let target = {
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                while !st.stop && st.target <= done {
-                    st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
-                }
-                if st.stop {
-                    return;
-                }
-                st.target
-            };
-            done = done.max(target.saturating_sub(WARM_AHEAD));
-            while done < target {
-                let Some(file) = queue.find(done) else { break };
-                let end = target.min(file.end()).min(done + WARM_CHUNK);
-                file.prefault((done - file.start()) as usize, (end - done) as usize);
-                done = end;
-            }
-            done = done.max(target);
-        }
-    }
+    /// Pages below this offset were faulted in (or need not be).
+    done: AtomicU64,
+    /// Serialises rounds.
+    round: Mutex<()>,
 }
 
 /// The commitlog of one store.
 #[derive(Debug)]
 pub struct CommitLog {
     queue: Arc<FileQueue>,
-    warmer: Arc<Warmer>,
-    warm_thread: Option<std::thread::JoinHandle<()>>,
+    warm: Warm,
+    /// Whether appends request warm-up (not in an overlay: a private page faulted in writable would stop
+    /// showing what a live writer adds to the file).
+    warm_enabled: bool,
     cfg: CommitLogConfig,
     /// The put lock; guards the write position, which is always the published `max_offset` once a put returns.
     writer: Mutex<u64>,
@@ -129,11 +97,10 @@ impl CommitLog {
     /// the end as `recover` describes.
     pub fn open_with(dir: &Path, cfg: CommitLogConfig, opts: &RecoverOptions) -> Result<(Self, OpenReport)> {
         let queue = Arc::new(FileQueue::load_in(opts.storage, dir, cfg.mapped_file_size_commit_log)?);
-        let warmer = Arc::new(Warmer::default());
-        let mut log = CommitLog {
+        let log = CommitLog {
             queue,
-            warmer,
-            warm_thread: None,
+            warm: Warm::default(),
+            warm_enabled: opts.storage == crate::mmap::Storage::Disk,
             cfg,
             writer: Mutex::new(0),
             max_offset: AtomicU64::new(0),
@@ -142,15 +109,8 @@ impl CommitLog {
         let report = log.recover(opts)?;
         *log.lock_writer() = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
-        let (warmer, queue, from) = (log.warmer.clone(), log.queue.clone(), report.end_offset);
-        // The warmer faults pages in writable ahead of appends; an overlay takes no appends, and a private page
-        // faulted in writable would stop showing what a live writer adds to the file.
-        if opts.storage == crate::mmap::Storage::Disk {
-            log.warm_thread = std::thread::Builder::new()
-                .name("rmq-commitlog-warm".into())
-                .spawn(move || warmer.run(&queue, from))
-                .ok();
-        }
+        log.warm.done.store(report.end_offset, Ordering::Release);
+        log.warm.requested.store(report.end_offset, Ordering::Release);
         Ok((log, report))
     }
 
@@ -274,8 +234,8 @@ impl CommitLog {
         file.write_commit_word(pos, word)?;
         *wrote = first_offset + total;
         self.max_offset.store(*wrote, Ordering::Release);
-        if *wrote + WARM_AHEAD / 2 > self.warmer.requested.load(Ordering::Relaxed) {
-            self.warmer.request(*wrote + WARM_AHEAD);
+        if self.warm_enabled && *wrote + WARM_AHEAD / 2 > self.warm.requested.load(Ordering::Relaxed) {
+            self.warm.requested.fetch_max(*wrote + WARM_AHEAD, Ordering::AcqRel);
         }
         Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from })
     }
@@ -365,13 +325,27 @@ impl CommitLog {
     }
 }
 
-impl Drop for CommitLog {
-    fn drop(&mut self) {
-        self.warmer.state.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
-        self.warmer.wake.notify_one();
-        if let Some(t) = self.warm_thread.take() {
-            let _ = t.join();
+impl CommitLog {
+    /// Whether appends requested pages that are not warmed yet (the `warm` service has work).
+    pub fn warm_wanted(&self) -> bool {
+        self.warm.requested.load(Ordering::Acquire) > self.warm.done.load(Ordering::Acquire)
+    }
+
+    /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
+    /// bytes, in chunks of [`WARM_CHUNK`]). Returns the bytes faulted in.
+    pub fn warm_round(&self) -> u64 {
+        let _round = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
+        let target = self.warm.requested.load(Ordering::Acquire);
+        let start = self.warm.done.load(Ordering::Acquire).max(target.saturating_sub(WARM_AHEAD));
+        let mut done = start;
+        while done < target {
+            let Some(file) = self.queue.find(done) else { break };
+            let end = target.min(file.end()).min(done + WARM_CHUNK);
+            file.prefault((done - file.start()) as usize, (end - done) as usize);
+            done = end;
         }
+        self.warm.done.fetch_max(target, Ordering::AcqRel);
+        done - start
     }
 }
 

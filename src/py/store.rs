@@ -450,17 +450,60 @@ impl MessageStore {
         Ok((round.records, round.reput_offset, arrivals))
     }
 
-    /// Waits (GIL released) until there is data to dispatch, a wake-up, or the timeout; returns whether
-    /// there is data.
-    fn _wait_new_data(&self, py: Python<'_>, #[pyo3(from_py_with = args::seconds)] timeout: f64) -> bool {
+    /// Starts the store's background services (reput, flush, warm; once). The Python constructor calls it
+    /// unless `start_services=False`.
+    fn _start_services(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
-        let timeout = args::duration(timeout.min(3600.0));
-        py.detach(|| inner.wait_new_data(timeout))
+        py.detach(|| inner.start_services()).map_err(to_py)
     }
 
-    /// Wakes a thread blocked in `_wait_new_data`.
-    fn _wake_dispatcher(&self) {
-        self.inner.wake_dispatcher();
+    /// The background services' counters: (name, running, rounds, work, errors, last error) each.
+    fn _service_stats(&self) -> Vec<(&'static str, bool, u64, u64, u64, Option<String>)> {
+        self.inner
+            .service_stats()
+            .into_iter()
+            .map(|s| (s.name, s.running, s.rounds, s.work, s.errors, s.last_error))
+            .collect()
+    }
+
+    /// The arrival sequence: advances after every dispatch round that adds consume-queue entries, and on
+    /// `wake_arrival_waiters()`.
+    #[getter]
+    fn arrival_seq(&self) -> u64 {
+        self.inner.arrival_seq()
+    }
+
+    /// Waits (GIL released) until the arrival sequence differs from `seen`, the store closes, or `timeout`
+    /// seconds pass; returns the sequence then.
+    fn wait_arrival(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::count_u64)] seen: u64,
+        #[pyo3(from_py_with = args::seconds)] timeout: f64,
+    ) -> u64 {
+        let inner = &self.inner;
+        let timeout = args::duration(timeout);
+        py.detach(|| inner.wait_arrival(seen, timeout))
+    }
+
+    /// Wakes every thread in `wait_arrival` (the sequence advances without an arrival).
+    fn wake_arrival_waiters(&self) {
+        self.inner.wake_arrival_waiters();
+    }
+
+    /// Waits (GIL released) until (topic, queue_id) holds a dispatched message at or after `offset`; False on
+    /// timeout (seconds) or when the store closes first.
+    fn wait_queue_beyond(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::java_long)] offset: i64,
+        #[pyo3(from_py_with = args::seconds)] timeout: f64,
+    ) -> bool {
+        let inner = &self.inner;
+        let timeout = args::duration(timeout);
+        py.detach(|| inner.wait_queue_beyond(&topic, queue_id, offset, timeout))
     }
 
     /// Dispatches everything written so far on the calling thread; returns the number of records.

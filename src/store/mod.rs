@@ -136,10 +136,9 @@ pub struct MessageStore {
     reput_offset: AtomicU64,
     dispatched: Condvar,
     dispatched_lock: Mutex<()>,
-    /// Signalled after every append, for the dispatcher waiting for new data.
-    new_data: Condvar,
-    new_data_lock: Mutex<()>,
-    wake_pending: std::sync::atomic::AtomicBool,
+    /// Advances on every dispatch round that adds consume-queue entries and on every
+    /// [`wake_arrival_waiters`](Self::wake_arrival_waiters); `dispatched` is signalled with it (long polling).
+    arrival_seq: AtomicU64,
     /// Under SYNC_FLUSH: the end of the data known flushed (dispatch never passes it).
     flushed_offset: AtomicU64,
     /// `<root>/checkpoint`, written on flush and close for RocketMQ's recovery.
@@ -483,7 +482,10 @@ impl MessageStore {
                 self.flushed_offset.fetch_max(end, Ordering::AcqRel);
             }
         }
-        self.notify_new_data();
+        self.services.wakeup(services::reput::NAME);
+        if self.commitlog.warm_wanted() {
+            self.services.wakeup(services::warm::NAME);
+        }
         Ok(PutResult {
             status,
             offsets: records.iter().map(|r| appended.first_offset + r.start as u64).collect(),
@@ -526,6 +528,7 @@ impl MessageStore {
             return Err(e);
         }
         self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
+        self.services.wakeup(services::reput::NAME);
         self.flush_derived(dispatched)
     }
 
@@ -581,7 +584,6 @@ impl MessageStore {
             })(),
             State::ReadOnly | State::Poisoned(_) | State::Closed => Ok(()),
         };
-        self.notify_new_data();
         let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.dispatched.notify_all();
         result
@@ -693,19 +695,6 @@ impl MessageStore {
         (log.total, log.recent.clone())
     }
 
-    /// Wakes a thread waiting in `wait_new_data` (to let it see a stop request); if none is waiting, its
-    /// next wait returns at once.
-    pub fn wake_dispatcher(&self) {
-        let _g = self.new_data_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.wake_pending.store(true, Ordering::Release);
-        self.new_data.notify_all();
-    }
-
-    fn notify_new_data(&self) {
-        let _g = self.new_data_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.new_data.notify_all();
-    }
-
     /// One dispatch round (spec §12.1): records from the reput offset to the confirm offset, at most
     /// `max_records`, into the consume queues and the index. Rounds are serialised.
     pub fn dispatch(&self, max_records: u64, want_arrivals: bool) -> Result<DispatchRound> {
@@ -726,6 +715,9 @@ impl MessageStore {
         self.dispatched_timestamp.fetch_max(round.last_store_timestamp, Ordering::AcqRel);
         drop(reput);
         let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if round.cq_entries > 0 {
+            self.arrival_seq.fetch_add(1, Ordering::AcqRel);
+        }
         self.dispatched.notify_all();
         Ok(round)
     }
@@ -751,19 +743,61 @@ impl MessageStore {
         }
     }
 
-    /// Waits until there is data to dispatch (the confirm offset passes the reput offset), a wake-up
-    /// (`wake_dispatcher`, a close), or the timeout. Returns whether there is data.
-    pub fn wait_new_data(&self, timeout: Duration) -> bool {
-        let g = self.new_data_lock.lock().unwrap_or_else(|p| p.into_inner());
-        if self.wake_pending.swap(false, Ordering::AcqRel)
-            || self.confirm_offset() > self.reput_offset()
-            || self.is_closed()
-        {
-            return self.confirm_offset() > self.reput_offset();
+    /// The arrival sequence: it advances after every dispatch round that adds consume-queue entries (and on
+    /// [`wake_arrival_waiters`](Self::wake_arrival_waiters)). Long polling reads it, checks its queue, and
+    /// waits for it to move ([`wait_arrival`](Self::wait_arrival)), so no arrival between the check and the
+    /// wait is missed.
+    pub fn arrival_seq(&self) -> u64 {
+        self.arrival_seq.load(Ordering::Acquire)
+    }
+
+    /// Waits until the arrival sequence differs from `seen`, the store closes, or `timeout` passes; returns
+    /// the sequence then. Returns at once when it already differs.
+    pub fn wait_arrival(&self, seen: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let seq = self.arrival_seq();
+            if seq != seen || self.is_closed() {
+                return seq;
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => Duration::from_secs(3600),
+            };
+            if left.is_zero() {
+                return seq;
+            }
+            g = self.dispatched.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
         }
-        drop(self.new_data.wait_timeout(g, timeout).unwrap_or_else(|p| p.into_inner()));
-        self.wake_pending.store(false, Ordering::Release);
-        self.confirm_offset() > self.reput_offset()
+    }
+
+    /// Wakes every [`wait_arrival`](Self::wait_arrival) (a consumer shutting down or rebalancing): the
+    /// sequence advances without an arrival, and waiters re-check their queues.
+    pub fn wake_arrival_waiters(&self) {
+        let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.arrival_seq.fetch_add(1, Ordering::AcqRel);
+        self.dispatched.notify_all();
+    }
+
+    /// Waits until (topic, queue) holds a dispatched message at or after queue offset `offset`; false on
+    /// timeout or when the store closes first (long polling: RocketMQ's `PullRequestHoldService`).
+    pub fn wait_queue_beyond(&self, topic: &str, queue_id: i32, offset: i64, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let seen = self.arrival_seq();
+            if self.max_offset_in_queue(topic, queue_id, true) > offset {
+                return true;
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => Duration::from_secs(3600),
+            };
+            if left.is_zero() || self.is_closed() {
+                return false;
+            }
+            self.wait_arrival(seen, left);
+        }
     }
 
     /// The consume queue of (topic, queue), if it exists.

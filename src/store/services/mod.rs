@@ -10,7 +10,8 @@
 //! that calls [`Services::spawn`] with a loop (usually [`run_every`]), and call it from
 //! [`MessageStore::start_services`].
 
-#![allow(dead_code)] // the services themselves land in the following commits
+pub mod reput;
+pub mod warm;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -28,6 +29,7 @@ pub struct ServiceThread {
     cv: Condvar,
     running: AtomicBool,
     rounds: AtomicU64,
+    work: AtomicU64,
     errors: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
@@ -47,6 +49,7 @@ impl ServiceThread {
             cv: Condvar::new(),
             running: AtomicBool::new(false),
             rounds: AtomicU64::new(0),
+            work: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             last_error: Mutex::new(None),
         })
@@ -101,6 +104,11 @@ impl ServiceThread {
         self.rounds.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts units of work done (records dispatched, bytes flushed, ...: each service says which).
+    pub(crate) fn count_work(&self, n: u64) {
+        self.work.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Records a failed round (the service keeps running and retries on its schedule, as RocketMQ's do).
     pub(crate) fn record_error(&self, e: &Error) {
         self.errors.fetch_add(1, Ordering::Relaxed);
@@ -113,6 +121,7 @@ impl ServiceThread {
             name: self.name,
             running: self.running.load(Ordering::Acquire),
             rounds: self.rounds.load(Ordering::Relaxed),
+            work: self.work.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             last_error: self.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
@@ -127,6 +136,9 @@ pub struct ServiceStats {
     pub running: bool,
     /// Rounds of work done.
     pub rounds: u64,
+    /// Units of work done: records dispatched (`reput`), bytes flushed (`flush`, `flush_cq`), bytes warmed
+    /// (`warm`).
+    pub work: u64,
     /// Rounds that failed.
     pub errors: u64,
     /// The last failure's message.
@@ -242,6 +254,8 @@ impl MessageStore {
         if self.services.started.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        reput::spawn(self)?;
+        warm::spawn(self)?;
         Ok(())
     }
 

@@ -1,0 +1,61 @@
+//! `ReputMessageService` (spec §12.1): dispatches what puts append into the consume queues and the index, in
+//! commitlog order, on the store's own thread. Woken by every put (and by every flush under SYNC_FLUSH, which
+//! moves the confirm offset); dispatches in batches of [`BATCH`] records until it has caught up; on an error
+//! (a full disk while creating a consume-queue or index file) records it in the service's stats and retries
+//! after [`RETRY`]. Each batch that adds consume-queue entries advances the store's arrival sequence, which
+//! long polling waits on ([`MessageStore::wait_arrival`]).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::ServiceThread;
+use crate::error::Result;
+use crate::store::MessageStore;
+
+/// The service's name in [`MessageStore::service_stats`].
+pub const NAME: &str = "reput";
+/// Records dispatched per round (the dispatch lock is released between rounds).
+pub const BATCH: u64 = 4096;
+/// Wait after a failed round.
+pub const RETRY: Duration = Duration::from_secs(1);
+/// Longest sleep while idle: puts wake the service, this only bounds the wait should a wake-up be missed.
+pub const IDLE: Duration = Duration::from_secs(1);
+
+/// Starts the service.
+pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
+    let weak = Arc::downgrade(store);
+    store.services().spawn(ServiceThread::new(NAME), move |svc| run(&weak, svc))
+}
+
+fn run(store: &Weak<MessageStore>, svc: &ServiceThread) {
+    let mut wait = Duration::ZERO;
+    while svc.wait_for_running(wait) {
+        let Some(s) = store.upgrade() else { return };
+        if s.is_closed() {
+            return;
+        }
+        wait = match round(&s) {
+            Ok((records, more)) => {
+                svc.count_round();
+                svc.count_work(records);
+                if more {
+                    Duration::ZERO
+                } else {
+                    IDLE
+                }
+            }
+            Err(e) => {
+                svc.record_error(&e);
+                RETRY
+            }
+        };
+    }
+}
+
+/// One round: at most [`BATCH`] records. Returns the records dispatched and whether more are waiting (the
+/// round advanced and the confirm offset is still ahead).
+pub(crate) fn round(store: &MessageStore) -> Result<(u64, bool)> {
+    let before = store.reput_offset();
+    let r = store.dispatch(BATCH, false)?;
+    Ok((r.records, r.reput_offset > before && r.reput_offset < store.confirm_offset()))
+}

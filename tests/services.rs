@@ -1,0 +1,166 @@
+//! The store's background services (`src/store/services/`): reput dispatches with nobody calling `dispatch`,
+//! long polling wakes on arrival and on close, the page warmer runs as a service, and every service thread
+//! ends with `close` or with the last reference to the store.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmq::store::{MessageStore, PutMessage};
+
+mod common;
+use common::small_config as config;
+
+/// The tests count this process's threads by name: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Names of this process's threads that are store services.
+fn service_threads() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with("rmq-"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LONG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn started(root: &Path) -> Arc<MessageStore> {
+    let store = Arc::new(MessageStore::open(root, config()).unwrap());
+    store.start_services().unwrap();
+    store
+}
+
+#[test]
+fn reput_dispatches_every_put_without_a_caller() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = started(dir.path());
+    for i in 0..300 {
+        store.put(&PutMessage::new("Svc", i % 3, b"body")).unwrap();
+    }
+    // Nobody calls dispatch: the service does, woken by the puts.
+    eventually("the reput service dispatched every put", || store.reput_offset() == store.confirm_offset());
+    for q in 0..3 {
+        assert_eq!(store.max_offset_in_queue("Svc", q, true), 100);
+    }
+    let stats = store.service_stats();
+    let reput = stats.iter().find(|s| s.name == "reput").unwrap();
+    assert!(reput.running);
+    assert_eq!(reput.errors, 0);
+    eventually("the counter caught up", || store.service_stats()[0].work == 300);
+    store.close().unwrap();
+    assert!(store.service_stats().is_empty(), "close stopped every service");
+}
+
+#[test]
+fn long_polling_wakes_on_arrival_and_on_close() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = started(dir.path());
+    let waiter = {
+        let s = store.clone();
+        std::thread::spawn(move || s.wait_queue_beyond("Poll", 1, 0, Duration::from_secs(3600)))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    store.put(&PutMessage::new("Poll", 1, b"x")).unwrap();
+    assert!(waiter.join().unwrap(), "an hour-long wait returned true: the arrival woke it");
+
+    let seen = store.arrival_seq();
+    let blocked = {
+        let s = store.clone();
+        std::thread::spawn(move || {
+            (
+                s.wait_queue_beyond("Poll", 1, 1, Duration::from_secs(3600)),
+                s.wait_arrival(seen, Duration::from_secs(3600)),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    store.close().unwrap();
+    let (beyond, _) = blocked.join().unwrap();
+    assert!(!beyond, "close ended the wait with nothing new");
+}
+
+#[test]
+fn a_wake_up_advances_the_sequence_for_every_waiter() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MessageStore::open(dir.path(), config()).unwrap());
+    let seen = store.arrival_seq();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let s = store.clone();
+            std::thread::spawn(move || s.wait_arrival(seen, Duration::from_secs(3600)))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    store.wake_arrival_waiters();
+    for w in waiters {
+        assert_ne!(w.join().unwrap(), seen);
+    }
+    // Without services nothing dispatches a put, so nothing arrives.
+    let now = store.arrival_seq();
+    store.put(&PutMessage::new("Quiet", 0, b"x")).unwrap();
+    assert_eq!(store.wait_arrival(now, Duration::from_millis(100)), now);
+    store.dispatch(10, false).unwrap();
+    assert_ne!(store.arrival_seq(), now, "a round that adds entries is an arrival");
+}
+
+#[test]
+fn close_and_drop_stop_every_service_thread() {
+    let _g = serial();
+    let before = service_threads();
+    let dir = tempfile::tempdir().unwrap();
+    let store = started(&dir.path().join("a"));
+    eventually("the services run", || service_threads().len() >= before.len() + 2);
+    let names = service_threads();
+    assert!(names.contains(&"rmq-reput".to_owned()) && names.contains(&"rmq-warm".to_owned()), "{names:?}");
+    store.close().unwrap();
+    assert_eq!(service_threads(), before, "close joined the services");
+    drop(store);
+
+    let store = started(&dir.path().join("b"));
+    store.put(&PutMessage::new("Drop", 0, b"x")).unwrap();
+    eventually("the services run", || service_threads().len() >= before.len() + 2);
+    let weak = Arc::downgrade(&store);
+    drop(store);
+    // A round in progress holds the store until it ends; between rounds the services hold only a weak reference.
+    eventually("the store is dropped", || weak.upgrade().is_none());
+    eventually("a dropped store's services end", || service_threads() == before);
+    let again = MessageStore::open(&dir.path().join("b"), config()).unwrap();
+    assert!(!again.unclean_shutdown(), "the drop closed the store");
+    assert_eq!(again.max_offset_in_queue("Drop", 0, true), 1);
+}
+
+#[test]
+fn the_warm_service_faults_in_pages_ahead_of_the_writes() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.commit_log.mapped_file_size_commit_log = 64 * 1024 * 1024;
+    let store = Arc::new(MessageStore::open(dir.path(), cfg).unwrap());
+    store.start_services().unwrap();
+    store.put(&PutMessage::new("Warm", 0, b"x")).unwrap();
+    eventually("the warmer ran", || {
+        store.service_stats().iter().any(|s| s.name == "warm" && s.work >= 32 * 1024 * 1024 - 4096)
+    });
+    assert!(!store.commitlog().warm_wanted());
+    store.close().unwrap();
+}
