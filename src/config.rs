@@ -320,6 +320,30 @@ settings! {
         /// Let a slave correct offsets too.
         offset_check_in_slave ("offsetCheckInSlave"): bool = false,
     }
+
+    /// Flush schedules (spec §11.5: `FlushRealTimeService` under ASYNC_FLUSH, `FlushConsumeQueueService`).
+    /// Intervals in ms; a page is 4 KiB.
+    #[derive(Debug, Clone)]
+    pub struct FlushConfig in flush {
+        /// ASYNC_FLUSH: ms between commitlog flush rounds.
+        flush_interval_commit_log ("flushIntervalCommitLog"): u64 = 500,
+        /// ASYNC_FLUSH: a round flushes a segment only when it is full or at least this many new pages were
+        /// written since its last flush (0: any new byte).
+        flush_commit_log_least_pages ("flushCommitLogLeastPages"): u64 = 4,
+        /// ASYNC_FLUSH: ms between thorough rounds, which flush every written byte.
+        flush_commit_log_thorough_interval ("flushCommitLogThoroughInterval"): u64 = 10_000,
+        /// ASYNC_FLUSH: true sleeps the interval out; false waits it out but wakes early when a put asks
+        /// (`wake_flush_when_put_message`).
+        flush_commit_log_timed ("flushCommitLogTimed"): bool = true,
+        /// ASYNC_FLUSH: every put wakes the commitlog flush service (when it is not timed).
+        wake_flush_when_put_message ("wakeFlushWhenPutMessage"): bool = false,
+        /// ms between consume-queue flush rounds; each round then writes the checkpoint.
+        flush_interval_consume_queue ("flushIntervalConsumeQueue"): u64 = 1000,
+        /// A round flushes a consume-queue file only when it is full or this many new pages were written (0: any).
+        flush_consume_queue_least_pages ("flushConsumeQueueLeastPages"): u64 = 2,
+        /// ms between thorough consume-queue rounds, which flush every entry and the index.
+        flush_consume_queue_thorough_interval ("flushConsumeQueueThoroughInterval"): u64 = 60_000,
+    }
 }
 
 /// The whole configuration of a store: one group per subsystem (every setting is in [`SETTINGS`]).
@@ -337,6 +361,8 @@ pub struct StoreConfig {
     pub dispatch: DispatchConfig,
     /// Read-path (`getMessage`) settings.
     pub read: ReadConfig,
+    /// Flush schedules.
+    pub flush: FlushConfig,
 }
 
 impl StoreConfig {

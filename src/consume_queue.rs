@@ -669,6 +669,20 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// Logical byte offset below which the entries are flushed to disk.
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed.load(Ordering::Relaxed)
+    }
+
+    /// Flushes as the consume-queue flush service does ([`FileQueue::flush_pages`]: only files that are full
+    /// or hold `least_pages` new pages; 0: everything). Returns whether every written entry is flushed.
+    pub fn flush_pages(&self, least_pages: u64) -> Result<bool> {
+        let end = self.max_logical.load(Ordering::Acquire);
+        let at = self.files.flush_pages(self.flushed.load(Ordering::Relaxed), end, least_pages)?;
+        self.flushed.fetch_max(at, Ordering::Relaxed);
+        Ok(at >= end)
+    }
+
     /// Shares the mapped files (for tests and tools).
     pub fn files(&self) -> Vec<Arc<MappedFile>> {
         self.files.files()

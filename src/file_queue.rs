@@ -154,6 +154,30 @@ impl FileQueue {
         files.get(usize::try_from(index).ok()?).cloned()
     }
 
+    /// RocketMQ's `MappedFileQueue.flush(leastPages)` (spec §11.5) over the bytes `[flushed, end)`: from the
+    /// file holding `flushed`, flushes a file when it is full (`end` reaches its end), or when `least_pages`
+    /// is 0 and it has unflushed bytes, or when `wrote/4096 − flushed/4096 ≥ least_pages` (its positions); a
+    /// full file is followed by the next. Returns the new flushed position (never below the first file).
+    pub fn flush_pages(&self, flushed: u64, end: u64, least_pages: u64) -> Result<u64> {
+        const PAGE: u64 = 4096;
+        let mut at = flushed.max(self.min_offset());
+        while at < end {
+            let Some(file) = self.find(at) else { break };
+            let (wrote, done) = (end.min(file.end()) - file.start(), at - file.start());
+            let full = file.start() + wrote == file.end();
+            let able = full || if least_pages == 0 { wrote > done } else { wrote / PAGE - done / PAGE >= least_pages };
+            if !able {
+                break;
+            }
+            file.flush_range(done as usize, (wrote - done) as usize)?;
+            at = file.start() + wrote;
+            if !full {
+                break;
+            }
+        }
+        Ok(at)
+    }
+
     /// The segment after `file`, if any.
     pub fn next_after(&self, file: &MappedFile) -> Option<Arc<MappedFile>> {
         self.find(file.end())

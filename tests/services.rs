@@ -164,3 +164,95 @@ fn the_warm_service_faults_in_pages_ahead_of_the_writes() {
     assert!(!store.commitlog().warm_wanted());
     store.close().unwrap();
 }
+
+/// A config whose flush services run every few ms (thorough rounds only when a test says).
+fn fast_flush(root_cfg: rmq::config::StoreConfig) -> rmq::config::StoreConfig {
+    let mut c = root_cfg;
+    c.flush.flush_interval_commit_log = 10;
+    c.flush.flush_commit_log_timed = false;
+    c.flush.flush_interval_consume_queue = 10;
+    c
+}
+
+fn flush_stats(store: &MessageStore, name: &str) -> rmq::store::services::ServiceStats {
+    store.service_stats().into_iter().find(|s| s.name == name).unwrap()
+}
+
+#[test]
+fn async_flush_reaches_the_written_offset_without_a_flush_call() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = fast_flush(config());
+    cfg.commit_log.mapped_file_size_commit_log = 1 << 20;
+    let store = Arc::new(MessageStore::open(dir.path(), cfg).unwrap());
+    store.start_services().unwrap();
+    let body = vec![7u8; 4096];
+    for _ in 0..5 {
+        store.put(&PutMessage::new("Flush", 0, &body)).unwrap(); // > 4 pages: the least-pages round takes them
+    }
+    let end = store.max_offset_in_queue("Flush", 0, false);
+    assert_eq!(end, 5);
+    eventually("the flush service flushed every byte", || store.flushed_offset() == store.commitlog().max_offset());
+    assert_eq!(store.committed_offset(), store.commitlog().max_offset());
+    assert!(flush_stats(&store, "flush").work >= 5 * 4096);
+    // The checkpoint follows, written by the consume-queue service: physicMsgTimestamp is the last flushed
+    // message's store time, and the file on disk says so.
+    eventually("the checkpoint file holds the flush", || {
+        let on_disk = rmq::checkpoint::StoreCheckpoint::open_read_only(dir.path()).unwrap().values();
+        on_disk.physic_msg_timestamp > 0 && on_disk.physic_msg_timestamp == store.flushed_timestamp()
+    });
+    store.close().unwrap();
+}
+
+#[test]
+fn least_pages_hold_a_small_write_until_the_thorough_round() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.commit_log.mapped_file_size_commit_log = 1 << 20;
+    let store = MessageStore::open(dir.path(), cfg).unwrap();
+    use rmq::store::services::flush::{commitlog_round, Schedule};
+    let t0 = Instant::now();
+    let mut schedule = Schedule::new(t0);
+    let base = store.flushed_offset();
+    store.put(&PutMessage::new("Least", 0, &[1u8; 1000])).unwrap(); // one page
+    for ms in [0u64, 500, 1000, 9_000] {
+        assert_eq!(commitlog_round(&store, &mut schedule, t0 + Duration::from_millis(ms)).unwrap(), 0);
+        assert_eq!(store.flushed_offset(), base, "fewer than 4 new pages wait for the thorough round");
+    }
+    assert_eq!(store.flushed_timestamp(), 0);
+    // Past 4 pages (counted by page numbers, as RocketMQ counts): the next ordinary round flushes.
+    let before = store.commitlog().max_offset();
+    for _ in 0..4 {
+        store.put(&PutMessage::new("Least", 0, &[2u8; 4096])).unwrap();
+    }
+    let end = store.commitlog().max_offset();
+    assert!(end / 4096 - base / 4096 >= 4 && before < end);
+    assert_eq!(commitlog_round(&store, &mut schedule, t0 + Duration::from_millis(9_500)).unwrap(), end - base);
+    assert_eq!(store.flushed_offset(), end);
+    assert!(store.flushed_timestamp() > 0);
+    // One more small write: only the thorough round (10 s after the start) takes it.
+    store.put(&PutMessage::new("Least", 0, b"small")).unwrap();
+    assert_eq!(commitlog_round(&store, &mut schedule, t0 + Duration::from_millis(9_999)).unwrap(), 0);
+    assert!(commitlog_round(&store, &mut schedule, t0 + Duration::from_millis(10_000)).unwrap() > 0);
+    assert_eq!(store.flushed_offset(), store.commitlog().max_offset());
+    store.close().unwrap();
+}
+
+#[test]
+fn a_full_segment_is_flushed_by_an_ordinary_round() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(dir.path(), config()).unwrap(); // one-page segments
+    use rmq::store::services::flush::{commitlog_round, Schedule};
+    let t0 = Instant::now();
+    let mut schedule = Schedule::new(t0);
+    let seg = store.commitlog().file_size();
+    while store.commitlog().max_offset() < seg + 10 {
+        store.put(&PutMessage::new("Roll", 0, &[3u8; 3000])).unwrap();
+    }
+    // The first segment is full (ended by its blank); the second holds one page: only the first is flushed.
+    commitlog_round(&store, &mut schedule, t0).unwrap();
+    assert_eq!(store.flushed_offset(), seg);
+    store.close().unwrap();
+}

@@ -67,6 +67,14 @@ class StoreConfig:
     travel_cq_file_num_when_get_message: int = _default("travel_cq_file_num_when_get_message")
     broker_role: BrokerRole = _default("broker_role")
     offset_check_in_slave: bool = _default("offset_check_in_slave")
+    flush_interval_commit_log: int = _default("flush_interval_commit_log")
+    flush_commit_log_least_pages: int = _default("flush_commit_log_least_pages")
+    flush_commit_log_thorough_interval: int = _default("flush_commit_log_thorough_interval")
+    flush_commit_log_timed: bool = _default("flush_commit_log_timed")
+    wake_flush_when_put_message: bool = _default("wake_flush_when_put_message")
+    flush_interval_consume_queue: int = _default("flush_interval_consume_queue")
+    flush_consume_queue_least_pages: int = _default("flush_consume_queue_least_pages")
+    flush_consume_queue_thorough_interval: int = _default("flush_consume_queue_thorough_interval")
 
     @classmethod
     def from_files(cls, path: str | os.PathLike[str], **overrides: Any) -> StoreConfig:

@@ -83,6 +83,10 @@ pub struct CommitLog {
     writer: Mutex<u64>,
     /// Everything below this offset is fully written (readers' limit).
     max_offset: AtomicU64,
+    /// Everything below this offset was flushed to disk (RocketMQ's `flushedWhere`).
+    flushed_where: AtomicU64,
+    /// Serialises flushes that move `flushed_where`.
+    flush_lock: Mutex<()>,
     /// Damaged ranges `[start, end)` that a salvage open skipped; every walk jumps over them.
     skips: RwLock<Vec<(u64, u64)>>,
 }
@@ -104,11 +108,14 @@ impl CommitLog {
             cfg,
             writer: Mutex::new(0),
             max_offset: AtomicU64::new(0),
+            flushed_where: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
             skips: RwLock::new(Vec::new()),
         };
         let report = log.recover(opts)?;
         *log.lock_writer() = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
+        log.flushed_where.store(report.end_offset, Ordering::Release);
         log.warm.done.store(report.end_offset, Ordering::Release);
         log.warm.requested.store(report.end_offset, Ordering::Release);
         Ok((log, report))
@@ -268,10 +275,31 @@ impl CommitLog {
 
     /// Flushes everything written so far.
     pub fn flush(&self) -> Result<()> {
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let end = self.max_offset();
         for f in self.queue.files() {
             f.flush()?;
         }
+        self.flushed_where.fetch_max(end, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// One round of the ASYNC_FLUSH flush service (RocketMQ's `CommitLog.flush(leastPages)`): from
+    /// [`flushed_where`](Self::flushed_where), flushes each full segment and the segment being written when
+    /// `least_pages` new pages accumulated there (0: any new byte), see [`FileQueue::flush_pages`]. Returns the
+    /// end of the log read at the start and the new flushed position (equal when everything was flushed).
+    pub fn flush_pages(&self, least_pages: u64) -> Result<(u64, u64)> {
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let end = self.max_offset();
+        let at = self.queue.flush_pages(self.flushed_where(), end, least_pages)?;
+        self.flushed_where.fetch_max(at, Ordering::AcqRel);
+        Ok((end, at))
+    }
+
+    /// Everything below this offset is flushed to disk (`flushedWhere`): moved by [`flush`](Self::flush) and
+    /// [`flush_pages`](Self::flush_pages); the end of the log as recovered at open.
+    pub fn flushed_where(&self) -> u64 {
+        self.flushed_where.load(Ordering::Acquire)
     }
 
     /// The record at `offset`; `None` past the end, before the start, or on an end-of-file blank.

@@ -549,6 +549,20 @@ impl MessageStore {
         py.detach(|| inner.wait_dispatched(timeout))
     }
 
+    /// Commitlog offset below which everything is flushed to disk (RocketMQ's flushedWhere): moved by the flush
+    /// service under ASYNC_FLUSH, by each put under SYNC_FLUSH, by `flush()` and `close()`.
+    #[getter]
+    fn flushed_offset(&self) -> u64 {
+        self.inner.flushed_offset()
+    }
+
+    /// Commitlog offset below which everything is in the mapped files (readable, flushable); without a
+    /// transient store pool, `max_offset`.
+    #[getter]
+    fn committed_offset(&self) -> u64 {
+        self.inner.committed_offset()
+    }
+
     /// Commitlog offset up to which every record is dispatched.
     #[getter]
     fn reput_offset(&self) -> u64 {

@@ -145,6 +145,10 @@ pub struct MessageStore {
     checkpoint: StoreCheckpoint,
     /// Store time of the last message dispatched (0: none since open).
     dispatched_timestamp: AtomicI64,
+    /// Store time of the last append (0: none since open); set after the append is published.
+    appended_timestamp: AtomicI64,
+    /// Store time of the last message known flushed (the checkpoint's physicMsgTimestamp; 0: none).
+    flushed_timestamp: AtomicI64,
     recovery: RecoveryReport,
     issues: Mutex<IssueLog>,
     /// The background services (`services/`), started by `start_services`, stopped first by `close`.
@@ -473,6 +477,7 @@ impl MessageStore {
             (appended, base)
         };
         let end = appended.first_offset + appended.wrote_bytes;
+        self.appended_timestamp.fetch_max(appended.store_timestamp, Ordering::AcqRel);
         let mut status = PutMessageStatus::PutOk;
         if config.commit_log.flush_disk_type == FlushDiskType::SyncFlush {
             if let Err(e) = self.commitlog.flush_range(appended.dirty_from, end) {
@@ -483,6 +488,9 @@ impl MessageStore {
             }
         }
         self.services.wakeup(services::reput::NAME);
+        if config.flush.wake_flush_when_put_message {
+            self.services.wakeup(services::flush::NAME);
+        }
         if self.commitlog.warm_wanted() {
             self.services.wakeup(services::warm::NAME);
         }
@@ -523,13 +531,40 @@ impl MessageStore {
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
         let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
+        let appended = self.appended_timestamp.load(Ordering::Acquire);
         if let Err(e) = self.commitlog.flush() {
-            *self.state() = State::Poisoned(e.to_string());
+            self.poison(&e);
             return Err(e);
         }
-        self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
+        self.flushed_offset.fetch_max(self.commitlog.flushed_where(), Ordering::AcqRel);
+        self.flushed_timestamp.fetch_max(appended, Ordering::AcqRel);
         self.services.wakeup(services::reput::NAME);
         self.flush_derived(dispatched)
+    }
+
+    /// Marks the store poisoned after a failed flush: nothing more may be declared durable.
+    pub(crate) fn poison(&self, e: &Error) {
+        let mut state = self.state();
+        if matches!(&*state, State::Open { .. }) {
+            *state = State::Poisoned(e.to_string());
+        }
+    }
+
+    /// Everything below this commitlog offset is flushed to disk (RocketMQ's `flushedWhere`): moved by the
+    /// flush service (ASYNC_FLUSH), by each put (SYNC_FLUSH), by `flush` and `close`.
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed_offset.load(Ordering::Acquire).max(self.commitlog.flushed_where())
+    }
+
+    /// Everything below this commitlog offset is in the mapped files, readable and flushable (RocketMQ's
+    /// committed position; without a transient store pool, the end of the log).
+    pub fn committed_offset(&self) -> u64 {
+        self.commitlog.max_offset()
+    }
+
+    /// Store time of the last message known flushed to the commitlog (0: none since open).
+    pub fn flushed_timestamp(&self) -> i64 {
+        self.flushed_timestamp.load(Ordering::Acquire)
     }
 
     /// Flushes the consume queues and the index, then records in the checkpoint that messages dispatched up to

@@ -201,6 +201,8 @@ impl MessageStore {
             flushed_offset: AtomicU64::new(end),
             checkpoint,
             dispatched_timestamp: AtomicI64::new(0),
+            appended_timestamp: AtomicI64::new(0),
+            flushed_timestamp: AtomicI64::new(0),
             recovery,
             issues: Mutex::new(IssueLog::default()),
             services: super::services::Services::default(),

@@ -10,6 +10,7 @@
 //! that calls [`Services::spawn`] with a loop (usually [`run_every`]), and call it from
 //! [`MessageStore::start_services`].
 
+pub mod flush;
 pub mod reput;
 pub mod warm;
 
@@ -85,6 +86,14 @@ impl ServiceThread {
                 .0;
         }
         s.notified = false;
+        !s.stopped
+    }
+
+    /// Sleeps `interval` out, ignoring wake-ups (RocketMQ's `Thread.sleep` under `flushCommitLogTimed`); only
+    /// a stop ends it early. Returns false once the service is stopped.
+    pub fn sleep(&self, interval: Duration) -> bool {
+        let s = self.signal();
+        let s = self.cv.wait_timeout_while(s, interval, |s| !s.stopped).unwrap_or_else(|p| p.into_inner()).0;
         !s.stopped
     }
 
@@ -256,6 +265,7 @@ impl MessageStore {
         }
         reput::spawn(self)?;
         warm::spawn(self)?;
+        flush::spawn(self)?;
         Ok(())
     }
 
