@@ -2,8 +2,8 @@
 
 Every queue's max offset equals the number of messages put to it, every entry points at its record with the
 right size and tagsCode, keys find their messages (and only theirs), time searches follow RocketMQ's
-boundary rules, and the store's native reput service wakes on puts instead of spinning, retries after an error, and stops
-with the store.
+boundary rules, and the store's native reput service wakes on puts instead of spinning, retries after an
+error, and stops with the store.
 """
 
 from __future__ import annotations

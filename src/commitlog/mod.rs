@@ -70,6 +70,17 @@ struct Warm {
     round: Mutex<()>,
 }
 
+/// What a [`CommitLog::flush_pages`] round saw and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushPages {
+    /// The end of the log when the round started.
+    pub end: u64,
+    /// The clock (ms) then: every record with a smaller store time lies below `end`.
+    pub clock: i64,
+    /// The flushed position after the round.
+    pub flushed: u64,
+}
+
 /// The commitlog of one store.
 #[derive(Debug)]
 pub struct CommitLog {
@@ -287,13 +298,18 @@ impl CommitLog {
     /// One round of the ASYNC_FLUSH flush service (RocketMQ's `CommitLog.flush(leastPages)`): from
     /// [`flushed_where`](Self::flushed_where), flushes each full segment and the segment being written when
     /// `least_pages` new pages accumulated there (0: any new byte), see [`FileQueue::flush_pages`]. Returns the
-    /// end of the log read at the start and the new flushed position (equal when everything was flushed).
-    pub fn flush_pages(&self, least_pages: u64) -> Result<(u64, u64)> {
+    /// end of the log read at the start, the clock then, and the new flushed position (equal to the end when
+    /// everything was flushed). The end and the clock are read under the put lock: every record stored before
+    /// that clock (store time below it) lies below that end.
+    pub fn flush_pages(&self, least_pages: u64) -> Result<FlushPages> {
         let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let end = self.max_offset();
+        let (end, clock) = {
+            let wrote = self.lock_writer();
+            (*wrote, now_ms())
+        };
         let at = self.queue.flush_pages(self.flushed_where(), end, least_pages)?;
         self.flushed_where.fetch_max(at, Ordering::AcqRel);
-        Ok((end, at))
+        Ok(FlushPages { end, clock, flushed: self.flushed_where() })
     }
 
     /// Everything below this offset is flushed to disk (`flushedWhere`): moved by [`flush`](Self::flush) and

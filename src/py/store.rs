@@ -22,6 +22,9 @@ use crate::store::{self, BatchItem, PutMessage};
 /// An arrival as Python sees it: (topic, queue_id, next queue offset).
 type Arrival = (String, i32, i64);
 
+/// A service's counters as Python sees them: (name, running, rounds, work, errors, last error).
+type ServiceStatsTuple = (&'static str, bool, u64, u64, u64, Option<String>);
+
 /// Records fetched per detached call while scanning.
 const SCAN_BATCH: usize = 256;
 
@@ -475,7 +478,7 @@ impl MessageStore {
     }
 
     /// The background services' counters: (name, running, rounds, work, errors, last error) each.
-    fn _service_stats(&self) -> Vec<(&'static str, bool, u64, u64, u64, Option<String>)> {
+    fn _service_stats(&self) -> Vec<ServiceStatsTuple> {
         self.inner
             .service_stats()
             .into_iter()

@@ -531,15 +531,25 @@ impl MessageStore {
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
         let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
-        let appended = self.appended_timestamp.load(Ordering::Acquire);
-        if let Err(e) = self.commitlog.flush() {
-            self.poison(&e);
-            return Err(e);
-        }
-        self.flushed_offset.fetch_max(self.commitlog.flushed_where(), Ordering::AcqRel);
-        self.flushed_timestamp.fetch_max(appended, Ordering::AcqRel);
+        self.flush_commitlog(0)?;
         self.services.wakeup(services::reput::NAME);
-        self.flush_derived(dispatched)
+        // Puts may run meanwhile: claim no time past what the commitlog flush covered.
+        self.flush_derived(dispatched.min(self.flushed_timestamp()))
+    }
+
+    /// Flushes the commitlog ([`CommitLog::flush_pages`] with `least_pages`; a failure poisons the store) and
+    /// moves the flushed offset and the flushed store time. The time is one the flush covers: the store time of
+    /// the last append that completed before the flush read the end, unless a record with that same
+    /// millisecond could still follow (then one ms less).
+    pub(crate) fn flush_commitlog(&self, least_pages: u64) -> Result<()> {
+        let appended = self.appended_timestamp.load(Ordering::Acquire);
+        let round = self.commitlog.flush_pages(least_pages).inspect_err(|e| self.poison(e))?;
+        self.flushed_offset.fetch_max(round.flushed, Ordering::AcqRel);
+        if round.flushed >= round.end {
+            let covered = if appended < round.clock { appended } else { appended - 1 };
+            self.flushed_timestamp.fetch_max(covered.max(0), Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// Marks the store poisoned after a failed flush: nothing more may be declared durable.
@@ -611,8 +621,7 @@ impl MessageStore {
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
         let result = match previous {
             State::Open { _lock, abort } => (|| {
-                self.commitlog.flush()?;
-                self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
+                self.flush_commitlog(0)?;
                 self.drain()?;
                 self.flush_derived(self.dispatched_timestamp.load(Ordering::Acquire))?;
                 abort.remove()

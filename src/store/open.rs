@@ -233,6 +233,11 @@ impl MessageStore {
                 ));
             }
         }
+        // What open found is taken as flushed (the flushed offset starts at the end too).
+        store.flushed_timestamp.store(
+            store.dispatched_timestamp.load(std::sync::atomic::Ordering::Acquire),
+            std::sync::atomic::Ordering::Release,
+        );
         let min = store.commitlog.min_offset() as i64;
         let mut table = QueueTable::new();
         for cq in store.queues.all() {

@@ -102,21 +102,9 @@ pub fn commitlog_round_with(store: &MessageStore, least_pages: u64) -> Result<u6
     if store.check_writable().is_err() {
         return Ok(0); // closed, or poisoned: nothing more may be declared durable
     }
-    // Read before the flush reads the end of the log: the append that set it ended below that end.
-    let appended = store.appended_timestamp.load(std::sync::atomic::Ordering::Acquire);
     let before = store.commitlog.flushed_where();
-    let (end, at) = match store.commitlog.flush_pages(least_pages) {
-        Ok(r) => r,
-        Err(e) => {
-            store.poison(&e);
-            return Err(e);
-        }
-    };
-    store.flushed_offset.fetch_max(at, std::sync::atomic::Ordering::AcqRel);
-    if at >= end {
-        store.flushed_timestamp.fetch_max(appended, std::sync::atomic::Ordering::AcqRel);
-    }
-    Ok(at.saturating_sub(before))
+    store.flush_commitlog(least_pages)?;
+    Ok(store.commitlog.flushed_where().saturating_sub(before))
 }
 
 fn run_consume_queues(store: &Weak<MessageStore>, svc: &ServiceThread) {
