@@ -26,6 +26,9 @@ use crate::store::MessageStore;
 #[derive(Debug)]
 pub struct ServiceThread {
     name: &'static str,
+    /// Mirrors `Signal::notified` (written under the lock): a wake-up while one is already pending costs one
+    /// atomic load (RocketMQ's `hasNotified.compareAndSet`), so a put that wakes a busy service pays no lock.
+    pending: AtomicBool,
     signal: Mutex<Signal>,
     cv: Condvar,
     running: AtomicBool,
@@ -46,6 +49,7 @@ impl ServiceThread {
     pub(crate) fn new(name: &'static str) -> Arc<Self> {
         Arc::new(Self {
             name,
+            pending: AtomicBool::new(false),
             signal: Mutex::new(Signal::default()),
             cv: Condvar::new(),
             running: AtomicBool::new(false),
@@ -67,9 +71,16 @@ impl ServiceThread {
 
     /// Makes the current or next [`wait_for_running`](Self::wait_for_running) return at once.
     pub fn wakeup(&self) {
+        // With the fence in `wait_for_running`: either this sees the pending flag still set and the woken round,
+        // which clears it, sees what the caller wrote before this call, or this sees it clear and signals.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.pending.load(Ordering::SeqCst) {
+            return;
+        }
         let mut s = self.signal();
         if !s.notified {
             s.notified = true;
+            self.pending.store(true, Ordering::SeqCst);
             self.cv.notify_all();
         }
     }
@@ -86,6 +97,8 @@ impl ServiceThread {
                 .0;
         }
         s.notified = false;
+        self.pending.store(false, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
         !s.stopped
     }
 
@@ -159,6 +172,8 @@ pub struct ServiceStats {
 pub struct Services {
     started: AtomicBool,
     threads: Mutex<Vec<Running>>,
+    /// The reput service, woken by every put without a look-up.
+    reput: std::sync::OnceLock<Arc<ServiceThread>>,
 }
 
 /// A started service and its thread (taken when joined).
@@ -194,6 +209,9 @@ impl Services {
                 service.running.store(false, Ordering::Release);
                 Error::Io { path: format!("thread rmq-{}", service.name).into(), source: e }
             })?;
+        if service.name == reput::NAME {
+            let _ = self.reput.set(service.clone());
+        }
         self.threads().push((service, Some(handle)));
         Ok(())
     }
@@ -205,7 +223,11 @@ impl Services {
 
     /// Wakes the service named `name`, if it runs.
     pub(crate) fn wakeup(&self, name: &str) {
-        if let Some(s) = self.get(name) {
+        if name == reput::NAME {
+            if let Some(s) = self.reput.get() {
+                s.wakeup(); // a stopped service ignores it
+            }
+        } else if let Some(s) = self.get(name) {
             s.wakeup();
         }
     }
