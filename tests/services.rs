@@ -256,3 +256,42 @@ fn a_full_segment_is_flushed_by_an_ordinary_round() {
     assert_eq!(store.flushed_offset(), seg);
     store.close().unwrap();
 }
+
+#[test]
+fn the_consume_queue_round_claims_logics_time_only_when_every_entry_is_flushed() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.commit_log.mapped_file_size_commit_log = 1 << 20;
+    cfg.consume_queue.mapped_file_size_consume_queue = 20 * 1000; // 1000 entries: files far from full
+    let store = MessageStore::open(dir.path(), cfg).unwrap();
+    use rmq::store::services::flush::{commitlog_round_with, consume_queue_round, Schedule};
+    let t0 = Instant::now();
+    let mut schedule = Schedule::new(t0);
+    for _ in 0..3 {
+        store.put(&PutMessage::new("Cq", 0, b"entry")).unwrap();
+    }
+    store.dispatch(100, false).unwrap();
+    let cq = store.consume_queue("Cq", 0).unwrap();
+    let base = store.checkpoint();
+    // The commitlog first: nothing is claimed before it is flushed.
+    consume_queue_round(&store, &mut schedule, t0).unwrap();
+    assert_eq!(store.checkpoint().physic_msg_timestamp, base.physic_msg_timestamp);
+    commitlog_round_with(&store, 0).unwrap();
+    let physic = store.flushed_timestamp();
+    assert!(physic > 0);
+    // Three entries (60 bytes) are fewer than 2 pages: the queue waits, so logicsMsgTimestamp does not move.
+    consume_queue_round(&store, &mut schedule, t0 + Duration::from_secs(1)).unwrap();
+    let cp = store.checkpoint();
+    assert_eq!(cp.physic_msg_timestamp, physic, "the checkpoint takes the commitlog's flushed time");
+    assert_eq!(cp.logics_msg_timestamp, base.logics_msg_timestamp);
+    assert_eq!(cq.flushed_offset(), 0);
+    // The thorough round (60 s) flushes every entry and claims the dispatch time.
+    assert_eq!(consume_queue_round(&store, &mut schedule, t0 + Duration::from_secs(60)).unwrap(), 60);
+    assert_eq!(cq.flushed_offset(), 60);
+    let cp = store.checkpoint();
+    assert!(cp.logics_msg_timestamp > 0 && cp.logics_msg_timestamp <= cp.physic_msg_timestamp, "{cp:?}");
+    let on_disk = rmq::checkpoint::StoreCheckpoint::open_read_only(dir.path()).unwrap().values();
+    assert_eq!(on_disk, cp, "the round wrote the file");
+    store.close().unwrap();
+}
