@@ -12,7 +12,8 @@ pub enum FlushDiskType {
     /// The put returns once the record is in the page cache; data is flushed by `flush()` and on close.
     /// Survives a process crash, not a power loss. RocketMQ's default.
     AsyncFlush,
-    /// The put returns after the written range is flushed to disk (msync).
+    /// The put returns after the written range is flushed to disk (msync): by the group commit service,
+    /// which flushes once for every put waiting, or inline when the store's services are not running.
     SyncFlush,
 }
 
@@ -151,6 +152,23 @@ pub struct StoreConfig {
     pub message_delay_level: String,
     /// Read-path (`getMessage`) settings.
     pub read: ReadConfig,
+    /// SYNC_FLUSH group commit settings.
+    pub sync_flush: SyncFlushConfig,
+}
+
+/// SYNC_FLUSH settings (`MessageStoreConfig`; `GroupCommitService`, spec §11.5).
+#[derive(Debug, Clone)]
+pub struct SyncFlushConfig {
+    /// `syncFlushTimeout`: how long a put whose `WAIT` is true waits for the group commit to flush past it
+    /// before returning `FLUSH_DISK_TIMEOUT` (the message is stored; its durability is not confirmed), ms.
+    /// Default 5000.
+    pub sync_flush_timeout: u64,
+}
+
+impl Default for SyncFlushConfig {
+    fn default() -> Self {
+        SyncFlushConfig { sync_flush_timeout: 5000 }
+    }
 }
 
 impl Default for StoreConfig {
@@ -163,6 +181,7 @@ impl Default for StoreConfig {
             message_index_enable: true,
             message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
             read: ReadConfig::default(),
+            sync_flush: SyncFlushConfig::default(),
         }
     }
 }

@@ -37,6 +37,9 @@ class StoreConfig:
     #: `flushDiskType`: ASYNC_FLUSH returns once data is in the page cache (flushed by `flush()` and on
     #: close; survives a process crash); SYNC_FLUSH flushes each put's bytes to disk before returning.
     flush_disk_type: FlushDiskType = "ASYNC_FLUSH"
+    #: `syncFlushTimeout`: under SYNC_FLUSH, how long a put whose `wait_store_msg_ok` is true waits for the
+    #: group commit to flush past it before returning FLUSH_DISK_TIMEOUT (stored, durability not confirmed), ms.
+    sync_flush_timeout: int = 5000
     #: `brokerIP1:listenPort`: the store host written into every record and message id.
     store_host: str = "127.0.0.1:10911"
     #: `brokerClusterName`: stored as the CLUSTER property of single puts, as a broker does (None: omit).

@@ -88,6 +88,7 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
                     }
                 }
             }
+            "sync_flush_timeout" => c.sync_flush.sync_flush_timeout = int_setting(&key, v)?,
             "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = int_setting(&key, v)?,
             "max_hash_slot_num" => c.index.max_hash_slot_num = int_setting(&key, v)?,
             "max_index_num" => c.index.max_index_num = int_setting(&key, v)?,

@@ -140,7 +140,7 @@ pub struct MessageStore {
     new_data: Condvar,
     new_data_lock: Mutex<()>,
     wake_pending: std::sync::atomic::AtomicBool,
-    /// Under SYNC_FLUSH: the end of the data known flushed (dispatch never passes it).
+    /// The end of the data known flushed (dispatch never passes it under SYNC_FLUSH); advanced only by flushes.
     flushed_offset: AtomicU64,
     /// `<root>/checkpoint`, written on flush and close for RocketMQ's recovery.
     checkpoint: StoreCheckpoint,
@@ -150,6 +150,8 @@ pub struct MessageStore {
     issues: Mutex<IssueLog>,
     /// The background services (`services/`), started by `start_services`, stopped first by `close`.
     services: services::Services,
+    /// SYNC_FLUSH: what puts and the group commit service share (`services/group_commit.rs`).
+    group_commit: services::group_commit::GroupCommit,
 }
 
 /// What opening did to the derived files.
@@ -375,7 +377,7 @@ impl MessageStore {
         let mut buf = Vec::with_capacity(128 + msg.body.len() + props.len());
         let rec = encode_record(&input, &self.encode_options(true), &mut buf)?;
         let uniq_keys = vec![uniq.unwrap_or_default()];
-        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys)
+        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys, msg.wait_store_msg_ok)
     }
 
     /// Stores a batch (RocketMQ's traditional batch): one record per item, consecutive queue offsets, one
@@ -444,7 +446,7 @@ impl MessageStore {
             records.push(encode_record(&input, &opts, &mut buf)?);
             uniq_keys.push(uniq.unwrap_or_default());
         }
-        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys)
+        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -456,6 +458,7 @@ impl MessageStore {
         buf: &mut [u8],
         records: &[EncodedRecord],
         uniq_keys: Vec<String>,
+        wait: bool,
     ) -> Result<PutResult> {
         let config = &self.config;
         let takes_offset = transaction.takes_queue_offset();
@@ -476,12 +479,7 @@ impl MessageStore {
         let end = appended.first_offset + appended.wrote_bytes;
         let mut status = PutMessageStatus::PutOk;
         if config.commit_log.flush_disk_type == FlushDiskType::SyncFlush {
-            if let Err(e) = self.commitlog.flush_range(appended.dirty_from, end) {
-                *self.state() = State::Poisoned(e.to_string());
-                status = PutMessageStatus::FlushDiskTimeout;
-            } else {
-                self.flushed_offset.fetch_max(end, Ordering::AcqRel);
-            }
+            status = self.sync_flush(appended.dirty_from, end, appended.store_timestamp, wait);
         }
         self.notify_new_data();
         Ok(PutResult {

@@ -201,6 +201,7 @@ impl MessageStore {
             new_data_lock: Mutex::new(()),
             wake_pending: std::sync::atomic::AtomicBool::new(false),
             flushed_offset: AtomicU64::new(end),
+            group_commit: Default::default(),
             checkpoint,
             dispatched_timestamp: AtomicI64::new(0),
             recovery,

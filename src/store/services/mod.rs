@@ -12,6 +12,8 @@
 
 #![allow(dead_code)] // the services themselves land in the following commits
 
+pub mod group_commit;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -242,6 +244,7 @@ impl MessageStore {
         if self.services.started.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        group_commit::spawn(self)?;
         Ok(())
     }
 
