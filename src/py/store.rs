@@ -327,6 +327,12 @@ impl MessageStore {
         Ok(Scanner { store: self.inner.clone(), next: from_offset, buffer: VecDeque::new(), done: false })
     }
 
+    /// Starts the store's background services (the SYNC_FLUSH group commit, ...). Idempotent.
+    fn start_services(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| inner.start_services()).map_err(to_py)
+    }
+
     /// Flushes written data to disk.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
