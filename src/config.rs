@@ -154,6 +154,41 @@ pub struct StoreConfig {
     pub read: ReadConfig,
     /// SYNC_FLUSH group commit settings.
     pub sync_flush: SyncFlushConfig,
+    /// The transient store pool and its commit service.
+    pub transient_pool: TransientPoolConfig,
+}
+
+/// The transient store pool (`MessageStoreConfig`; `TransientStorePool`, `CommitRealTimeService`, spec §11.5):
+/// puts write into pooled off-heap buffers and a service commits them into the files. Effective only with
+/// ASYNC_FLUSH on a broker role other than SLAVE, as in RocketMQ; otherwise ignored (and said so in the
+/// recovery report).
+#[derive(Debug, Clone)]
+pub struct TransientPoolConfig {
+    /// `transientStorePoolEnable`. Default false.
+    pub transient_store_pool_enable: bool,
+    /// `transientStorePoolSize`: buffers of one commitlog segment each. Default 5.
+    pub transient_store_pool_size: u32,
+    /// `commitIntervalCommitLog`: the commit service's period, ms. Default 200.
+    pub commit_interval_commit_log: u64,
+    /// `commitCommitLogLeastPages`: pages (4 KiB) a commit waits for, unless thorough. Default 4.
+    pub commit_commit_log_least_pages: u64,
+    /// `commitCommitLogThoroughInterval`: a commit of whatever is there at least this often, ms. Default 200.
+    pub commit_commit_log_thorough_interval: u64,
+    /// `wakeCommitWhenPutMessage`: every put wakes the commit service. Default true.
+    pub wake_commit_when_put_message: bool,
+}
+
+impl Default for TransientPoolConfig {
+    fn default() -> Self {
+        TransientPoolConfig {
+            transient_store_pool_enable: false,
+            transient_store_pool_size: 5,
+            commit_interval_commit_log: 200,
+            commit_commit_log_least_pages: 4,
+            commit_commit_log_thorough_interval: 200,
+            wake_commit_when_put_message: true,
+        }
+    }
 }
 
 /// SYNC_FLUSH settings (`MessageStoreConfig`; `GroupCommitService`, spec §11.5).
@@ -182,6 +217,7 @@ impl Default for StoreConfig {
             message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
             read: ReadConfig::default(),
             sync_flush: SyncFlushConfig::default(),
+            transient_pool: TransientPoolConfig::default(),
         }
     }
 }
@@ -214,6 +250,10 @@ impl StoreConfig {
             )));
         }
         self.index.validate()?;
+        let tp = &self.transient_pool;
+        if tp.transient_store_pool_enable && tp.transient_store_pool_size == 0 {
+            return Err(Error::InvalidConfig("transient_store_pool_size must be at least 1".into()));
+        }
         if let Some(name) = &self.broker.broker_cluster_name {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }

@@ -40,6 +40,20 @@ class StoreConfig:
     #: `syncFlushTimeout`: under SYNC_FLUSH, how long a put whose `wait_store_msg_ok` is true waits for the
     #: group commit to flush past it before returning FLUSH_DISK_TIMEOUT (stored, durability not confirmed), ms.
     sync_flush_timeout: int = 5000
+    #: `transientStorePoolEnable`: puts write into pooled off-heap buffers (mlock attempted) that the commit
+    #: service copies into the files every `commit_interval_commit_log`; readers see only committed data, and a
+    #: killed process loses what was not committed. Only with ASYNC_FLUSH on a non-SLAVE role (else ignored).
+    transient_store_pool_enable: bool = False
+    #: `transientStorePoolSize`: buffers of one commitlog segment each.
+    transient_store_pool_size: int = 5
+    #: `commitIntervalCommitLog`: the commit service's period, ms.
+    commit_interval_commit_log: int = 200
+    #: `commitCommitLogLeastPages`: 4 KiB pages a commit waits for, unless thorough.
+    commit_commit_log_least_pages: int = 4
+    #: `commitCommitLogThoroughInterval`: a commit of whatever is there at least this often, ms.
+    commit_commit_log_thorough_interval: int = 200
+    #: `wakeCommitWhenPutMessage`: every put wakes the commit service.
+    wake_commit_when_put_message: bool = True
     #: `brokerIP1:listenPort`: the store host written into every record and message id.
     store_host: str = "127.0.0.1:10911"
     #: `brokerClusterName`: stored as the CLUSTER property of single puts, as a broker does (None: omit).

@@ -89,6 +89,14 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
                 }
             }
             "sync_flush_timeout" => c.sync_flush.sync_flush_timeout = int_setting(&key, v)?,
+            "transient_store_pool_enable" => c.transient_pool.transient_store_pool_enable = bool_setting(&key, v)?,
+            "transient_store_pool_size" => c.transient_pool.transient_store_pool_size = int_setting(&key, v)?,
+            "commit_interval_commit_log" => c.transient_pool.commit_interval_commit_log = int_setting(&key, v)?,
+            "commit_commit_log_least_pages" => c.transient_pool.commit_commit_log_least_pages = int_setting(&key, v)?,
+            "commit_commit_log_thorough_interval" => {
+                c.transient_pool.commit_commit_log_thorough_interval = int_setting(&key, v)?
+            }
+            "wake_commit_when_put_message" => c.transient_pool.wake_commit_when_put_message = bool_setting(&key, v)?,
             "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = int_setting(&key, v)?,
             "max_hash_slot_num" => c.index.max_hash_slot_num = int_setting(&key, v)?,
             "max_index_num" => c.index.max_index_num = int_setting(&key, v)?,
@@ -526,6 +534,7 @@ impl MessageStore {
         d.set_item("rebuilt_queues", r.rebuilt_queues.clone())?;
         d.set_item("rebuilt_reasons", r.rebuilt_reasons.clone())?;
         d.set_item("rebuilt_index_files", r.rebuilt_index_files.clone())?;
+        d.set_item("transient_store_pool", r.transient_store_pool.clone())?;
         d.set_item("checkpoint_restart", r.checkpoint_restart)?;
         d.set_item("dispatch_blocked", r.dispatch_blocked.as_deref())?;
         Ok(d)

@@ -152,6 +152,8 @@ pub struct MessageStore {
     services: services::Services,
     /// SYNC_FLUSH: what puts and the group commit service share (`services/group_commit.rs`).
     group_commit: services::group_commit::GroupCommit,
+    /// The transient store pool's commit service (`services/commit.rs`).
+    commit_state: services::commit::CommitState,
 }
 
 /// What opening did to the derived files.
@@ -181,6 +183,9 @@ pub struct RecoveryReport {
     /// wrong (a file breaking its own rules, an entry not pointing at its message, a file lost), and the
     /// commitlog range rebuilt.
     pub rebuilt_index_files: Vec<String>,
+    /// What became of `transient_store_pool_enable` (None: not enabled): "on: ..." (with whether the buffers
+    /// are locked in memory) or "ignored: ..." (not ASYNC_FLUSH, or a SLAVE).
+    pub transient_store_pool: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -477,6 +482,10 @@ impl MessageStore {
             (appended, base)
         };
         let end = appended.first_offset + appended.wrote_bytes;
+        if self.commitlog.transient_pool().is_some() {
+            // Failing only on an injected write fault; the bytes stay in the buffer for the next commit.
+            let _ = self.after_pooled_put();
+        }
         let mut status = PutMessageStatus::PutOk;
         if config.commit_log.flush_disk_type == FlushDiskType::SyncFlush {
             status = self.sync_flush(appended.dirty_from, end, appended.store_timestamp, wait);
@@ -519,7 +528,7 @@ impl MessageStore {
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
         let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
-        if let Err(e) = self.commitlog.flush() {
+        if let Err(e) = self.commitlog.commit(0).and_then(|_| self.commitlog.flush()) {
             *self.state() = State::Poisoned(e.to_string());
             return Err(e);
         }
@@ -571,6 +580,7 @@ impl MessageStore {
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
         let result = match previous {
             State::Open { _lock, abort } => (|| {
+                self.commitlog.commit(0)?;
                 self.commitlog.flush()?;
                 self.flushed_offset.fetch_max(self.commitlog.max_offset(), Ordering::AcqRel);
                 self.drain()?;

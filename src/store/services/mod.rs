@@ -12,6 +12,7 @@
 
 #![allow(dead_code)] // the services themselves land in the following commits
 
+pub mod commit;
 pub mod group_commit;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -245,6 +246,7 @@ impl MessageStore {
             return Ok(());
         }
         group_commit::spawn(self)?;
+        commit::spawn(self)?;
         Ok(())
     }
 
