@@ -67,6 +67,7 @@ def test_a_killed_pooled_store_opens_strictly_with_a_prefix_of_the_acknowledged_
             assert store.unclean_shutdown
             assert store.open_report["damage"] == [], store.open_report
             found = [(m.commitlog_offset, m.body) for m in store.scan(0)]
+        print(f"kill {k}: {len(acked)} acknowledged, {len(found)} found, torn {store.open_report['torn_bytes']}")
         assert len(found) <= len(acked) + 1, "nothing beyond the put in flight"
         for n, (offset, got) in enumerate(found):
             if n < len(acked):
