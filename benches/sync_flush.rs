@@ -30,7 +30,7 @@ fn run(group: bool, threads: usize, secs: f64) -> Outcome {
     let mut cfg = StoreConfig::default();
     cfg.commit_log.mapped_file_size_commit_log = 256 * 1024 * 1024;
     cfg.commit_log.flush_disk_type = FlushDiskType::SyncFlush;
-    cfg.message_index_enable = false;
+    cfg.dispatch.message_index_enable = false;
     let store = Arc::new(MessageStore::open(&tmp.path().join("store"), cfg).unwrap());
     if group {
         store.start_services().unwrap();

@@ -18,7 +18,7 @@ fn run(pool: bool, wake: bool, body_len: usize, secs: f64) -> (u64, f64, Option<
     let tmp = tempfile::tempdir_in(base).unwrap();
     let mut cfg = StoreConfig::default();
     cfg.commit_log.mapped_file_size_commit_log = 256 * 1024 * 1024;
-    cfg.message_index_enable = false;
+    cfg.dispatch.message_index_enable = false;
     cfg.transient_pool.transient_store_pool_enable = pool;
     cfg.transient_pool.transient_store_pool_size = 2;
     cfg.transient_pool.wake_commit_when_put_message = wake;
