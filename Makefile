@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets
+.PHONY: bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -72,8 +72,18 @@ fmt: $(VENV)/.deps
 	$(VENV)/bin/ruff check --fix python tests benches spark_udfs
 
 bench: build
-	cargo bench --bench commitlog --bench dispatch --bench index --bench get_message --bench columnar
+	cargo bench --bench commitlog --bench dispatch --bench index --bench get_message --bench columnar --bench sync_flush --bench transient_pool
 	$(PY) -m pytest benches -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
+
+# SYNC_FLUSH group commit against per-put msync, 1/4/16 threads, from Rust and from Python (README figures).
+bench-sync: build
+	cargo bench --bench sync_flush
+	$(PY) -m pytest benches/test_bench_sync_flush.py -q --benchmark-enable --benchmark-only \
+	  --benchmark-columns=min,median,mean,ops,rounds
+
+# ASYNC_FLUSH put throughput with and without the transient store pool (README figures).
+bench-pool:
+	cargo bench --bench transient_pool
 
 # Regenerates the committed store written by Apache RocketMQ and its description (tests/interop/README.md).
 HARNESS := tests/interop/harness

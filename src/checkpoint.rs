@@ -256,6 +256,8 @@ pub struct StoreCheckpoint {
     /// `None`: opened read-only; updates stay in memory.
     file: Option<File>,
     values: std::sync::Mutex<CheckpointValues>,
+    /// The values in memory differ from the file's (an [`update`](Self::update) not written yet).
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 impl StoreCheckpoint {
@@ -282,7 +284,12 @@ impl StoreCheckpoint {
         }
         let mut head = [0u8; 40];
         file.read_exact_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
-        Ok(StoreCheckpoint { path, file: Some(file), values: std::sync::Mutex::new(CheckpointValues::decode(&head)) })
+        Ok(StoreCheckpoint {
+            path,
+            file: Some(file),
+            values: std::sync::Mutex::new(CheckpointValues::decode(&head)),
+            dirty: Default::default(),
+        })
     }
 
     /// Reads `<root>/checkpoint` without writing anything: a missing or short file reads as zeros (no durable
@@ -300,7 +307,12 @@ impl StoreCheckpoint {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(&path, e)),
         }
-        Ok(StoreCheckpoint { path, file: None, values: std::sync::Mutex::new(CheckpointValues::decode(&head)) })
+        Ok(StoreCheckpoint {
+            path,
+            file: None,
+            values: std::sync::Mutex::new(CheckpointValues::decode(&head)),
+            dirty: Default::default(),
+        })
     }
 
     /// The values in memory (as last read or updated).
@@ -315,7 +327,7 @@ impl StoreCheckpoint {
         let mut v = self.values.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut next = *v;
         change(&mut next);
-        if next == *v {
+        if next == *v && !self.dirty.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
         let Some(file) = &self.file else {
@@ -324,7 +336,20 @@ impl StoreCheckpoint {
         };
         write_at(file, &self.path, &next.encode(), 0)?;
         *v = next;
-        sync(file, &self.path, true)
+        sync(file, &self.path, true)?;
+        self.dirty.store(false, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Changes the values in memory only (RocketMQ's setters); the next [`update_and_flush`](Self::update_and_flush)
+    /// writes them.
+    pub fn update(&self, change: impl FnOnce(&mut CheckpointValues)) {
+        let mut v = self.values.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = *v;
+        change(&mut v);
+        if *v != before {
+            self.dirty.store(true, std::sync::atomic::Ordering::Release);
+        }
     }
 }
 

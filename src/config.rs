@@ -12,7 +12,8 @@ pub enum FlushDiskType {
     /// The put returns once the record is in the page cache; data is flushed by `flush()` and on close.
     /// Survives a process crash, not a power loss. RocketMQ's default.
     AsyncFlush,
-    /// The put returns after the written range is flushed to disk (msync).
+    /// The put returns after the written range is flushed to disk (msync): by the group commit service,
+    /// which flushes once for every put waiting, or inline when the store's services are not running.
     SyncFlush,
 }
 
@@ -344,6 +345,34 @@ settings! {
         /// ms between thorough consume-queue rounds, which flush every entry and the index.
         flush_consume_queue_thorough_interval ("flushConsumeQueueThoroughInterval"): u64 = 60_000,
     }
+
+    /// SYNC_FLUSH group commit (`GroupCommitService`, spec §11.5).
+    #[derive(Debug, Clone)]
+    pub struct SyncFlushConfig in sync_flush {
+        /// Under SYNC_FLUSH, how long a put whose `WAIT` is true waits for the group commit to flush past it
+        /// before returning FLUSH_DISK_TIMEOUT (stored, durability not confirmed), ms.
+        sync_flush_timeout ("syncFlushTimeout"): u64 = 5000,
+    }
+
+    /// The transient store pool and its commit service (`TransientStorePool`, `CommitRealTimeService`, spec
+    /// §11.5). Effective only with ASYNC_FLUSH on a role other than SLAVE, as in RocketMQ; otherwise ignored
+    /// (and said so in the recovery report).
+    #[derive(Debug, Clone)]
+    pub struct TransientPoolConfig in transient_pool {
+        /// Puts write into pooled off-heap buffers (mlock attempted) that the commit service copies into the
+        /// files; readers see only committed data, and a killed process loses what was not committed.
+        transient_store_pool_enable ("transientStorePoolEnable"): bool = false,
+        /// Buffers of one commitlog segment each.
+        transient_store_pool_size ("transientStorePoolSize"): u32 = 5,
+        /// The commit service's period, ms.
+        commit_interval_commit_log ("commitIntervalCommitLog"): u64 = 200,
+        /// 4 KiB pages a commit waits for, unless thorough.
+        commit_commit_log_least_pages ("commitCommitLogLeastPages"): u64 = 4,
+        /// A commit of whatever is there at least this often, ms.
+        commit_commit_log_thorough_interval ("commitCommitLogThoroughInterval"): u64 = 200,
+        /// Every put wakes the commit service.
+        wake_commit_when_put_message ("wakeCommitWhenPutMessage"): bool = true,
+    }
 }
 
 /// The whole configuration of a store: one group per subsystem (every setting is in [`SETTINGS`]).
@@ -363,6 +392,10 @@ pub struct StoreConfig {
     pub read: ReadConfig,
     /// Flush schedules.
     pub flush: FlushConfig,
+    /// SYNC_FLUSH group commit settings.
+    pub sync_flush: SyncFlushConfig,
+    /// The transient store pool and its commit service.
+    pub transient_pool: TransientPoolConfig,
 }
 
 impl StoreConfig {
@@ -437,6 +470,10 @@ impl StoreConfig {
             )));
         }
         self.index.validate()?;
+        let tp = &self.transient_pool;
+        if tp.transient_store_pool_enable && tp.transient_store_pool_size == 0 {
+            return Err(Error::InvalidConfig("transient_store_pool_size must be at least 1".into()));
+        }
         if let Some(name) = &self.broker.broker_cluster_name {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }

@@ -12,6 +12,9 @@
 //! limited to paths under a prefix, so tests running in parallel in one process do not hit each other's
 //! stores. An injected `ENOSPC` surfaces exactly as a real one: [`crate::Error::DiskFull`].
 //!
+//! A fault may stall instead of failing ([`Fault::stalled`]): a check it fires on blocks until the fault is
+//! disarmed, then passes (a slow disk, for the SYNC_FLUSH timeout path).
+//!
 //! Cost when nothing is armed: one relaxed atomic load per check, then a predictable branch.
 
 use std::path::{Path, PathBuf};
@@ -68,12 +71,20 @@ pub struct Fault {
     pub errno: i32,
     /// Only checks on paths under this prefix match; `None`: every path.
     pub path_prefix: Option<PathBuf>,
+    /// Instead of failing, a check it fires on waits until the fault is disarmed, then passes.
+    pub stall: bool,
 }
 
 impl Fault {
     /// A fault at `point` failing the very next matching check once with `errno`, on any path.
     pub fn new(point: FaultPoint, errno: i32) -> Self {
-        Fault { point, after: 0, times: Some(1), errno, path_prefix: None }
+        Fault { point, after: 0, times: Some(1), errno, path_prefix: None, stall: false }
+    }
+
+    /// A fault at `point` that blocks every matching check until it is disarmed ([`disarm`],
+    /// [`disarm_under`]), then lets it pass: the operation is slow, not failed.
+    pub fn stalled(point: FaultPoint) -> Self {
+        Fault { point, after: 0, times: None, errno: 0, path_prefix: None, stall: true }
     }
 
     /// Limits the fault to paths under `prefix`.
@@ -97,6 +108,8 @@ impl Fault {
 
 #[derive(Debug)]
 struct Armed {
+    /// Tells this arming apart from later ones (a stalled check waits for its own to go).
+    id: u64,
     fault: Fault,
     /// Matching checks seen so far.
     seen: u64,
@@ -107,6 +120,7 @@ struct Armed {
 /// Bit `p` set: at least one fault is armed at point `p`.
 static ARMED: AtomicU8 = AtomicU8::new(0);
 static FAULTS: Mutex<Vec<Armed>> = Mutex::new(Vec::new());
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn faults() -> std::sync::MutexGuard<'static, Vec<Armed>> {
     FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -121,7 +135,8 @@ fn publish(list: &[Armed]) {
 pub fn inject(fault: Fault) {
     let mut list = faults();
     list.retain(|a| !(a.fault.point == fault.point && a.fault.path_prefix == fault.path_prefix));
-    list.push(Armed { fault, seen: 0, fired: 0 });
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    list.push(Armed { id, fault, seen: 0, fired: 0 });
     publish(&list);
 }
 
@@ -172,6 +187,14 @@ fn check_armed(point: FaultPoint, path: &Path) -> std::io::Result<()> {
         return Ok(());
     }
     armed.fired += 1;
+    if armed.fault.stall {
+        let id = armed.id;
+        drop(list);
+        while faults().iter().any(|a| a.id == id) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        return Ok(());
+    }
     let errno = armed.fault.errno;
     if armed.fault.times.is_some_and(|t| armed.fired >= t) {
         list.remove(i);

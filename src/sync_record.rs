@@ -62,6 +62,8 @@ pub struct Capture {
 struct Recording {
     root: PathBuf,
     events: u64,
+    /// Syncs begun, by path.
+    syncs: BTreeMap<PathBuf, u64>,
     durable: BTreeMap<PathBuf, Durable>,
     cut: Box<dyn Fn(u64) -> bool + Send>,
     captures: Vec<Capture>,
@@ -85,7 +87,14 @@ pub fn record(root: &Path, cut: impl Fn(u64) -> bool + Send + 'static) {
     list.retain(|r| r.root != root);
     let mut durable = BTreeMap::new();
     durable.insert(root.to_owned(), Durable { entry: Some(true), is_dir: true, ..Durable::default() });
-    list.push(Recording { root: root.to_owned(), events: 0, durable, cut: Box::new(cut), captures: Vec::new() });
+    list.push(Recording {
+        root: root.to_owned(),
+        events: 0,
+        syncs: BTreeMap::new(),
+        durable,
+        cut: Box::new(cut),
+        captures: Vec::new(),
+    });
     ON.store(true, Ordering::Relaxed);
 }
 
@@ -101,6 +110,15 @@ pub fn stop(root: &Path) -> (Vec<Capture>, u64) {
 /// How many events (syncs and writes) have been recorded under `root` so far.
 pub fn events(root: &Path) -> u64 {
     recordings().iter().find(|r| r.root == root).map_or(0, |r| r.events)
+}
+
+/// How many syncs (msync, fsync, directory syncs) of paths under `under` were begun so far in the recording of
+/// `root` (including any that then failed): e.g. the msyncs of the commitlog, `under` = `<root>/commitlog`.
+pub fn syncs(root: &Path, under: &Path) -> u64 {
+    recordings()
+        .iter()
+        .find(|r| r.root == root)
+        .map_or(0, |r| r.syncs.iter().filter(|(p, _)| p.starts_with(under)).map(|(_, n)| n).sum())
 }
 
 /// What a sync is about to make durable.
@@ -133,6 +151,9 @@ pub(crate) fn begin(path: &Path, snapshot: impl FnOnce() -> Snapshot) -> Option<
 #[cold]
 fn begin_recorded(path: &Path, snapshot: impl FnOnce() -> Snapshot) -> Option<Pending> {
     let seq = count(path)?;
+    if let Some(r) = recordings().iter_mut().find(|r| path.starts_with(&r.root)) {
+        *r.syncs.entry(path.to_owned()).or_default() += 1;
+    }
     let _no_copies = COPIES.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     Some(Pending { path: path.to_owned(), seq, snapshot: snapshot() })
 }

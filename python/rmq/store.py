@@ -75,6 +75,13 @@ class StoreConfig:
     flush_interval_consume_queue: int = _default("flush_interval_consume_queue")
     flush_consume_queue_least_pages: int = _default("flush_consume_queue_least_pages")
     flush_consume_queue_thorough_interval: int = _default("flush_consume_queue_thorough_interval")
+    sync_flush_timeout: int = _default("sync_flush_timeout")
+    transient_store_pool_enable: bool = _default("transient_store_pool_enable")
+    transient_store_pool_size: int = _default("transient_store_pool_size")
+    commit_interval_commit_log: int = _default("commit_interval_commit_log")
+    commit_commit_log_least_pages: int = _default("commit_commit_log_least_pages")
+    commit_commit_log_thorough_interval: int = _default("commit_commit_log_thorough_interval")
+    wake_commit_when_put_message: bool = _default("wake_commit_when_put_message")
 
     @classmethod
     def from_files(cls, path: str | os.PathLike[str], **overrides: Any) -> StoreConfig:
@@ -221,7 +228,7 @@ class MessageStore(_native.MessageStore):
         # A read-only store takes no puts: everything is dispatched by the open, and `refresh()` dispatches
         # what another process added.
         if start_services and start_reput and not read_only:
-            self._start_services()
+            self.start_services()
 
     def service_stats(self) -> list[ServiceStats]:
         """The background services started (in start order) and what each has done."""

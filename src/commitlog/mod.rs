@@ -3,6 +3,7 @@
 //! recovery, scan, dispatch and `get_message` share; `recover` finds the end of the data on open.
 
 pub mod cursor;
+pub mod pool;
 pub mod recover;
 
 use std::path::Path;
@@ -73,9 +74,11 @@ struct Warm {
 /// What a [`CommitLog::flush_pages`] round saw and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlushPages {
-    /// The end of the log when the round started.
+    /// The end of the log when the round started: the committed position (what a flush can cover).
     pub end: u64,
-    /// The clock (ms) then: every record with a smaller store time lies below `end`.
+    /// The write position then: ahead of `end` while the transient store pool holds uncommitted bytes.
+    pub wrote: u64,
+    /// The clock (ms) then: every record with a smaller store time lies below `wrote`.
     pub clock: i64,
     /// The flushed position after the round.
     pub flushed: u64,
@@ -100,6 +103,26 @@ pub struct CommitLog {
     flush_lock: Mutex<()>,
     /// Damaged ranges `[start, end)` that a salvage open skipped; every walk jumps over them.
     skips: RwLock<Vec<(u64, u64)>>,
+    /// With the transient store pool: puts write into a pooled buffer, and `max_offset` (the readers' limit)
+    /// is the committed position, moved by [`commit`](Self::commit).
+    pool: Option<PoolWriter>,
+}
+
+/// The write side of the transient store pool.
+#[derive(Debug)]
+struct PoolWriter {
+    pool: pool::TransientStorePool,
+    /// The buffer of the segment being written. Taken after the put lock; commits take only this.
+    active: Mutex<Option<Active>>,
+}
+
+/// A borrowed buffer and the segment it stands for.
+#[derive(Debug)]
+struct Active {
+    file: Arc<MappedFile>,
+    buf: memmap2::MmapMut,
+    /// Global offset up to which the buffer holds written bytes (from the committed position on).
+    wrote: u64,
 }
 
 impl CommitLog {
@@ -122,6 +145,7 @@ impl CommitLog {
             flushed_where: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
             skips: RwLock::new(Vec::new()),
+            pool: None,
         };
         let report = log.recover(opts)?;
         *log.lock_writer() = report.end_offset;
@@ -213,6 +237,9 @@ impl CommitLog {
             )));
         }
         let mut wrote = self.lock_writer();
+        if let Some(pw) = &self.pool {
+            return self.append_pooled(pw, &mut wrote, buf, records, queue_offset);
+        }
         let dirty_from = *wrote;
         let mut file = self.writable_file(*wrote)?;
         let mut pos = (*wrote - file.start()) as usize;
@@ -256,6 +283,148 @@ impl CommitLog {
             self.warm.requested.fetch_max(*wrote + WARM_AHEAD, Ordering::AcqRel);
         }
         Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from })
+    }
+
+    /// Turns the transient store pool on: later appends write into its buffers, and readers see what
+    /// [`commit`](Self::commit) copied into the files.
+    pub fn attach_pool(&mut self, pool: pool::TransientStorePool) {
+        self.pool = Some(PoolWriter { pool, active: Mutex::new(None) });
+    }
+
+    /// The transient store pool, when on.
+    pub fn transient_pool(&self) -> Option<&pool::TransientStorePool> {
+        self.pool.as_ref().map(|p| &p.pool)
+    }
+
+    /// The write position: one past the last byte appended (ahead of [`max_offset`](Self::max_offset), the
+    /// committed position, while the transient store pool holds uncommitted bytes).
+    pub fn wrote_offset(&self) -> u64 {
+        *self.lock_writer()
+    }
+
+    /// The committed position (RocketMQ's `committedWhere`): what readers see and flushes cover. Without the
+    /// transient store pool, every appended byte is committed.
+    pub fn committed_where(&self) -> u64 {
+        self.max_offset()
+    }
+
+    /// `append` with the transient store pool: the records go into the segment's buffer; the file sees them at
+    /// the next commit. A roll commits the full segment at once and returns its buffer to the pool.
+    fn append_pooled(
+        &self,
+        pw: &PoolWriter,
+        wrote: &mut u64,
+        buf: &mut [u8],
+        records: &[EncodedRecord],
+        queue_offset: impl Fn(usize) -> i64,
+    ) -> Result<Appended> {
+        let total = buf.len() as u64;
+        let dirty_from = *wrote;
+        let mut active = pw.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = self.writable_file(*wrote)?;
+        let remaining = file.end() - *wrote;
+        if total + END_FILE_MIN_BLANK_LENGTH as u64 > remaining {
+            let next = match self.queue.next_after(&file) {
+                Some(next) => next,
+                None => self.queue.create(file.end())?,
+            };
+            let a = self.activate(pw, &mut active, &file, *wrote)?;
+            if remaining >= END_FILE_MIN_BLANK_LENGTH as u64 {
+                let pos = (*wrote - file.start()) as usize;
+                let mut blank = [0u8; END_FILE_MIN_BLANK_LENGTH];
+                blank[..4].copy_from_slice(&(remaining as i32).to_be_bytes());
+                blank[4..].copy_from_slice(&BLANK_MAGIC.to_be_bytes());
+                a.buf[pos..pos + END_FILE_MIN_BLANK_LENGTH].copy_from_slice(&blank);
+                a.wrote = *wrote + END_FILE_MIN_BLANK_LENGTH as u64;
+            }
+            self.commit_active(a, 0)?;
+            self.max_offset.store(file.end(), Ordering::Release);
+            if let Some(done) = active.take() {
+                pw.pool.give_back(done.buf);
+            }
+            *wrote = file.end();
+            file = next;
+        }
+        let a = self.activate(pw, &mut active, &file, *wrote)?;
+        let store_timestamp = now_ms();
+        let first_offset = *wrote;
+        for (i, rec) in records.iter().enumerate() {
+            let phys = first_offset + rec.start as u64;
+            if let Some(bytes) = buf.get_mut(rec.start..rec.start + rec.len) {
+                finish_record(bytes, rec, queue_offset(i), phys as i64, store_timestamp);
+            }
+        }
+        let pos = (first_offset - file.start()) as usize;
+        a.buf[pos..pos + buf.len()].copy_from_slice(buf);
+        *wrote = first_offset + total;
+        a.wrote = *wrote;
+        Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from })
+    }
+
+    /// The active buffer for `file` (borrowed if there is none yet), whose content starts at `at`.
+    fn activate<'a>(
+        &self,
+        pw: &PoolWriter,
+        active: &'a mut Option<Active>,
+        file: &Arc<MappedFile>,
+        at: u64,
+    ) -> Result<&'a mut Active> {
+        if active.as_ref().is_some_and(|a| a.file.start() != file.start()) {
+            // Cannot happen: a roll commits and returns the buffer before moving on.
+            return Err(Error::Corruption {
+                path: file.path().to_owned(),
+                offset: at as i64,
+                reason: "the transient store buffer belongs to another segment".into(),
+            });
+        }
+        if active.is_none() {
+            let buf = pw.pool.borrow().ok_or_else(|| Error::Io {
+                path: file.path().to_owned(),
+                source: std::io::Error::other("every transient store buffer is in use"),
+            })?;
+            *active = Some(Active { file: file.clone(), buf, wrote: at });
+        }
+        active.as_mut().ok_or(Error::Closed)
+    }
+
+    /// Copies what the buffer holds past the committed position into the file, when at least `least_pages`
+    /// 4 KiB pages are waiting (0: whatever is there). The commit-word protocol holds: every byte but the
+    /// range's first 8 (the first record's, or the end-of-file blank's, size and magic), then those 8 with one
+    /// store; a kill before that store leaves what recovery takes for an unfinished append. Returns whether
+    /// anything moved.
+    fn commit_active(&self, a: &mut Active, least_pages: u64) -> Result<bool> {
+        let from = self.max_offset().max(a.file.start());
+        let to = a.wrote;
+        if to <= from {
+            return Ok(false);
+        }
+        let page = crate::sync_record::PAGE as u64;
+        if least_pages > 0 && to / page - from / page < least_pages {
+            return Ok(false);
+        }
+        let pos = (from - a.file.start()) as usize;
+        let len = (to - from) as usize;
+        let bytes = a.buf.get(pos..pos + len).unwrap_or_default();
+        if len >= END_FILE_MIN_BLANK_LENGTH {
+            let (word, rest) = bytes.split_at(END_FILE_MIN_BLANK_LENGTH);
+            a.file.write_at(pos + END_FILE_MIN_BLANK_LENGTH, rest)?;
+            let word = <[u8; END_FILE_MIN_BLANK_LENGTH]>::try_from(word).unwrap_or_default();
+            a.file.write_commit_word(pos, word)?;
+        }
+        self.max_offset.store(to, Ordering::Release);
+        Ok(true)
+    }
+
+    /// With the transient store pool: commits the appended bytes into the file (RocketMQ's `commit`), when at
+    /// least `least_pages` pages wait (0: all). Returns whether the committed position moved. Without the pool
+    /// nothing waits: `false`.
+    pub fn commit(&self, least_pages: u64) -> Result<bool> {
+        let Some(pw) = &self.pool else { return Ok(false) };
+        let mut active = pw.active.lock().unwrap_or_else(|p| p.into_inner());
+        match active.as_mut() {
+            Some(a) => self.commit_active(a, least_pages),
+            None => Ok(false),
+        }
     }
 
     /// The segment to write at `offset`, created if it does not exist yet.
@@ -303,13 +472,13 @@ impl CommitLog {
     /// that clock (store time below it) lies below that end.
     pub fn flush_pages(&self, least_pages: u64) -> Result<FlushPages> {
         let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (end, clock) = {
+        let (end, wrote, clock) = {
             let wrote = self.lock_writer();
-            (*wrote, now_ms())
+            (self.max_offset(), *wrote, now_ms())
         };
         let at = self.queue.flush_pages(self.flushed_where(), end, least_pages)?;
         self.flushed_where.fetch_max(at, Ordering::AcqRel);
-        Ok(FlushPages { end, clock, flushed: self.flushed_where() })
+        Ok(FlushPages { end, wrote, clock, flushed: self.flushed_where() })
     }
 
     /// Everything below this offset is flushed to disk (`flushedWhere`): moved by [`flush`](Self::flush) and

@@ -27,7 +27,7 @@ fn _inject_fault(point_name: &str, after: u64, times: Option<u64>, errno: i32, p
     if times == Some(0) {
         return Err(InvalidInputError::new_err("times must be at least 1 (or None for every check)"));
     }
-    fault::inject(Fault { point, after, times, errno, path_prefix: path });
+    fault::inject(Fault { point, after, times, errno, path_prefix: path, stall: false });
     Ok(())
 }
 

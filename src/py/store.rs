@@ -470,9 +470,9 @@ impl MessageStore {
         Ok((round.records, round.reput_offset, arrivals))
     }
 
-    /// Starts the store's background services (reput, flush, warm; once). The Python constructor calls it
-    /// unless `start_services=False`.
-    fn _start_services(&self, py: Python<'_>) -> PyResult<()> {
+    /// Starts the store's background services (reput, warm, flush, group commit, commit, clean) once; later
+    /// calls do nothing. The Python constructor calls it unless `start_services=False`.
+    fn start_services(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
         py.detach(|| inner.start_services()).map_err(to_py)
     }
@@ -596,6 +596,7 @@ impl MessageStore {
         d.set_item("rebuilt_queues", r.rebuilt_queues.clone())?;
         d.set_item("rebuilt_reasons", r.rebuilt_reasons.clone())?;
         d.set_item("rebuilt_index_files", r.rebuilt_index_files.clone())?;
+        d.set_item("transient_store_pool", r.transient_store_pool.clone())?;
         d.set_item("checkpoint_restart", r.checkpoint_restart)?;
         d.set_item("dispatch_blocked", r.dispatch_blocked.as_deref())?;
         Ok(d)

@@ -139,7 +139,7 @@ pub struct MessageStore {
     /// Advances on every dispatch round that adds consume-queue entries and on every
     /// [`wake_arrival_waiters`](Self::wake_arrival_waiters); `dispatched` is signalled with it (long polling).
     arrival_seq: AtomicU64,
-    /// Under SYNC_FLUSH: the end of the data known flushed (dispatch never passes it).
+    /// The end of the data known flushed (dispatch never passes it under SYNC_FLUSH); advanced only by flushes.
     flushed_offset: AtomicU64,
     /// `<root>/checkpoint`, written on flush and close for RocketMQ's recovery.
     checkpoint: StoreCheckpoint,
@@ -153,6 +153,10 @@ pub struct MessageStore {
     issues: Mutex<IssueLog>,
     /// The background services (`services/`), started by `start_services`, stopped first by `close`.
     services: services::Services,
+    /// SYNC_FLUSH: what puts and the group commit service share (`services/group_commit.rs`).
+    group_commit: services::group_commit::GroupCommit,
+    /// The transient store pool's commit service (`services/commit.rs`).
+    commit_state: services::commit::CommitState,
 }
 
 /// What opening did to the derived files.
@@ -182,6 +186,9 @@ pub struct RecoveryReport {
     /// wrong (a file breaking its own rules, an entry not pointing at its message, a file lost), and the
     /// commitlog range rebuilt.
     pub rebuilt_index_files: Vec<String>,
+    /// What became of `transient_store_pool_enable` (None: not enabled): "on: ..." (with whether the buffers
+    /// are locked in memory) or "ignored: ..." (not ASYNC_FLUSH, or a SLAVE).
+    pub transient_store_pool: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -378,7 +385,7 @@ impl MessageStore {
         let mut buf = Vec::with_capacity(128 + msg.body.len() + props.len());
         let rec = encode_record(&input, &self.encode_options(true), &mut buf)?;
         let uniq_keys = vec![uniq.unwrap_or_default()];
-        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys)
+        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys, msg.wait_store_msg_ok)
     }
 
     /// Stores a batch (RocketMQ's traditional batch): one record per item, consecutive queue offsets, one
@@ -447,7 +454,7 @@ impl MessageStore {
             records.push(encode_record(&input, &opts, &mut buf)?);
             uniq_keys.push(uniq.unwrap_or_default());
         }
-        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys)
+        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -459,6 +466,7 @@ impl MessageStore {
         buf: &mut [u8],
         records: &[EncodedRecord],
         uniq_keys: Vec<String>,
+        wait: bool,
     ) -> Result<PutResult> {
         let config = &self.config;
         let takes_offset = transaction.takes_queue_offset();
@@ -478,14 +486,13 @@ impl MessageStore {
         };
         let end = appended.first_offset + appended.wrote_bytes;
         self.appended_timestamp.fetch_max(appended.store_timestamp, Ordering::AcqRel);
+        if self.commitlog.transient_pool().is_some() {
+            // Failing only on an injected write fault; the bytes stay in the buffer for the next commit.
+            let _ = self.after_pooled_put();
+        }
         let mut status = PutMessageStatus::PutOk;
         if config.commit_log.flush_disk_type == FlushDiskType::SyncFlush {
-            if let Err(e) = self.commitlog.flush_range(appended.dirty_from, end) {
-                *self.state() = State::Poisoned(e.to_string());
-                status = PutMessageStatus::FlushDiskTimeout;
-            } else {
-                self.flushed_offset.fetch_max(end, Ordering::AcqRel);
-            }
+            status = self.sync_flush(appended.dirty_from, end, appended.store_timestamp, wait);
         }
         self.services.wakeup(services::reput::NAME);
         if config.flush.wake_flush_when_put_message {
@@ -531,6 +538,7 @@ impl MessageStore {
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
         let dispatched = self.dispatched_timestamp.load(Ordering::Acquire);
+        self.commitlog.commit(0).inspect_err(|e| self.poison(e))?;
         self.flush_commitlog(0)?;
         self.services.wakeup(services::reput::NAME);
         // Puts may run meanwhile: claim no time past what the commitlog flush covered.
@@ -545,7 +553,7 @@ impl MessageStore {
         let appended = self.appended_timestamp.load(Ordering::Acquire);
         let round = self.commitlog.flush_pages(least_pages).inspect_err(|e| self.poison(e))?;
         self.flushed_offset.fetch_max(round.flushed, Ordering::AcqRel);
-        if round.flushed >= round.end {
+        if round.flushed >= round.wrote {
             let covered = if appended < round.clock { appended } else { appended - 1 };
             self.flushed_timestamp.fetch_max(covered.max(0), Ordering::AcqRel);
         }
@@ -621,6 +629,7 @@ impl MessageStore {
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
         let result = match previous {
             State::Open { _lock, abort } => (|| {
+                self.commitlog.commit(0)?;
                 self.flush_commitlog(0)?;
                 self.drain()?;
                 self.flush_derived(self.dispatched_timestamp.load(Ordering::Acquire))?;

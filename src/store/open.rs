@@ -92,8 +92,9 @@ impl MessageStore {
             durable_timestamp,
             storage,
         };
-        let (commitlog, open_report) =
+        let (mut commitlog, open_report) =
             CommitLog::open_with(&root.join("commitlog"), config.commit_log.clone(), &recover)?;
+        let transient_store_pool = if options.read_only { None } else { attach_pool(&mut commitlog, &config)? };
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
         let abort = if options.read_only { None } else { Some(AbortFile::create(root)?) };
@@ -104,7 +105,7 @@ impl MessageStore {
             let v = checkpoint.values();
             v.logics_msg_timestamp.min(v.physic_msg_timestamp)
         };
-        let mut recovery = RecoveryReport { skipped_dirs, ..RecoveryReport::default() };
+        let mut recovery = RecoveryReport { skipped_dirs, transient_store_pool, ..RecoveryReport::default() };
         // Dispatch restarts where every queue and the index are complete. Re-dispatching a record that is
         // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
         let mut cq_frontier: Option<i64> = None;
@@ -199,6 +200,8 @@ impl MessageStore {
             dispatched_lock: Mutex::new(()),
             arrival_seq: AtomicU64::new(0),
             flushed_offset: AtomicU64::new(end),
+            group_commit: Default::default(),
+            commit_state: Default::default(),
             checkpoint,
             dispatched_timestamp: AtomicI64::new(0),
             appended_timestamp: AtomicI64::new(0),
@@ -363,4 +366,26 @@ fn checkpoint_restart(log: &CommitLog, durable_ts: i64) -> u64 {
         }
     }
     min
+}
+
+/// Turns the transient store pool on when it is enabled and effective (ASYNC_FLUSH on a role other than SLAVE,
+/// as RocketMQ's `isTransientStorePoolEnable`). Returns what became of the setting, for the recovery report.
+fn attach_pool(commitlog: &mut CommitLog, config: &StoreConfig) -> Result<Option<String>> {
+    let tp = &config.transient_pool;
+    if !tp.transient_store_pool_enable {
+        return Ok(None);
+    }
+    if config.commit_log.flush_disk_type != crate::config::FlushDiskType::AsyncFlush {
+        return Ok(Some("ignored: the transient store pool works only with ASYNC_FLUSH".into()));
+    }
+    if config.read.broker_role == crate::config::BrokerRole::Slave {
+        return Ok(Some("ignored: the transient store pool is not used on a SLAVE".into()));
+    }
+    let pool = crate::commitlog::pool::TransientStorePool::new(tp.transient_store_pool_size, commitlog.file_size())?;
+    let status = match pool.lock_error() {
+        None => format!("on: {} buffers of {} bytes, locked in memory", pool.size(), pool.buffer_len()),
+        Some(why) => format!("on: {} buffers of {} bytes, not locked: {why}", pool.size(), pool.buffer_len()),
+    };
+    commitlog.attach_pool(pool);
+    Ok(Some(status))
 }

@@ -10,7 +10,9 @@
 //! that calls [`Services::spawn`] with a loop (usually [`run_every`]), and call it from
 //! [`MessageStore::start_services`].
 
+pub mod commit;
 pub mod flush;
+pub mod group_commit;
 pub mod reput;
 pub mod warm;
 
@@ -288,6 +290,8 @@ impl MessageStore {
         reput::spawn(self)?;
         warm::spawn(self)?;
         flush::spawn(self)?;
+        group_commit::spawn(self)?;
+        commit::spawn(self)?;
         Ok(())
     }
 

@@ -1,0 +1,192 @@
+//! SYNC_FLUSH as RocketMQ's `GroupCommitService` (spec §11.5): puts waiting for durability share one flush.
+//!
+//! A put whose `WAIT` is true (`wait_store_msg_ok`) registers as waiting for its end offset, wakes the service
+//! and blocks (with no Python lock held: a put runs detached) until the service has flushed past it, or until
+//! `sync_flush_timeout` passes: then it returns `FLUSH_DISK_TIMEOUT` (the message is stored, its durability is
+//! not confirmed). A put whose `WAIT` is false only wakes the service and returns at once.
+//!
+//! The service takes the waiting requests (RocketMQ swaps its request lists), flushes once everything written
+//! so far (one msync per segment touched, for the whole group: N concurrent puts share it), advances
+//! `flushed_offset` (only a real flush advances it; dispatch never passes it under SYNC_FLUSH), records the last
+//! flushed store time as the checkpoint's physicMsgTimestamp (in memory; written with the checkpoint), and
+//! completes every request it covered. A failed flush poisons the store as an inline one does, and every
+//! waiting put returns `FLUSH_DISK_TIMEOUT`. A flush that is only slow leaves the store working: the puts that
+//! gave up on it return `FLUSH_DISK_TIMEOUT`, later ones `PUT_OK` once the disk catches up (as in RocketMQ).
+//!
+//! Without the service (services not started, or stopped by `close`), a SYNC_FLUSH put flushes its own range
+//! inline before returning, whatever its `WAIT` (the per-put msync the service replaces).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::ServiceThread;
+use crate::config::FlushDiskType;
+use crate::error::Result;
+use crate::message::PutMessageStatus;
+use crate::store::{MessageStore, State};
+
+/// The service's name in [`MessageStore::service_stats`].
+pub const NAME: &str = "group_commit";
+
+/// How long the service sleeps when nobody wakes it (RocketMQ's `waitForRunning(10)`).
+const IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// The state puts and the service share.
+#[derive(Debug, Default)]
+pub(crate) struct GroupCommit {
+    /// The service runs and completes requests; when false, puts flush inline.
+    running: AtomicBool,
+    /// The service's wake-up signal, while it runs.
+    service: Mutex<Option<Arc<ServiceThread>>>,
+    /// Guards the completion wait (`done`): the service takes it after advancing `flushed_offset`.
+    lock: Mutex<()>,
+    done: Condvar,
+    /// Puts waiting for a flush now.
+    waiting: AtomicUsize,
+    /// Store time of the newest SYNC_FLUSH put appended (for the checkpoint's physicMsgTimestamp).
+    written_timestamp: AtomicI64,
+    /// Flushes the service made (each covers every request waiting when it began).
+    groups: std::sync::atomic::AtomicU64,
+}
+
+impl GroupCommit {
+    fn wakeup(&self) {
+        if let Some(s) = &*self.service.lock().unwrap_or_else(|p| p.into_inner()) {
+            s.wakeup();
+        }
+    }
+
+    fn notify(&self) {
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.done.notify_all();
+    }
+}
+
+/// Starts the group commit service if the store flushes synchronously.
+pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
+    if store.config.commit_log.flush_disk_type != FlushDiskType::SyncFlush {
+        return Ok(());
+    }
+    let svc = ServiceThread::new(NAME);
+    let gc = &store.group_commit;
+    *gc.service.lock().unwrap_or_else(|p| p.into_inner()) = Some(svc.clone());
+    gc.running.store(true, Ordering::Release);
+    let weak = Arc::downgrade(store);
+    let spawned = store.services().spawn(svc, move |svc| {
+        while svc.wait_for_running(IDLE_WAIT) {
+            let Some(s) = weak.upgrade() else { return };
+            match s.group_commit_round() {
+                Ok(_) => svc.count_round(),
+                Err(e) => svc.record_error(&e),
+            }
+        }
+        // Stopped: one last round for the puts still waiting, then they flush inline themselves.
+        if let Some(s) = weak.upgrade() {
+            s.group_commit.running.store(false, Ordering::Release);
+            let _ = s.group_commit_round();
+            *s.group_commit.service.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            s.group_commit.notify();
+        }
+    });
+    if spawned.is_err() {
+        gc.running.store(false, Ordering::Release);
+        *gc.service.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+    spawned
+}
+
+impl MessageStore {
+    /// One round of the service: flushes everything written so far (if anything is unflushed), advances
+    /// `flushed_offset`, and completes the waiting puts. Returns the bytes flushed.
+    pub(crate) fn group_commit_round(&self) -> Result<u64> {
+        let gc = &self.group_commit;
+        // The timestamp first: every put that set it was appended before, so lies below the end read next.
+        let timestamp = gc.written_timestamp.load(Ordering::Acquire);
+        let target = self.commitlog.max_offset();
+        let from = self.flushed_offset.load(Ordering::Acquire);
+        if target <= from {
+            gc.notify();
+            return Ok(0);
+        }
+        if !matches!(*self.state(), State::Open { .. }) {
+            gc.notify();
+            return Ok(0);
+        }
+        if let Err(e) = self.commitlog.flush_range(from, target) {
+            *self.state() = State::Poisoned(e.to_string());
+            gc.notify();
+            return Err(e);
+        }
+        gc.groups.fetch_add(1, Ordering::Relaxed);
+        self.flushed_offset.fetch_max(target, Ordering::AcqRel);
+        if timestamp > 0 {
+            self.checkpoint.update(|v| v.physic_msg_timestamp = v.physic_msg_timestamp.max(timestamp));
+        }
+        gc.notify();
+        self.services().wakeup(super::reput::NAME);
+        Ok(target - from)
+    }
+
+    /// The SYNC_FLUSH part of a put that wrote `[dirty_from, end)` (its records from `end - wrote` on, after
+    /// any end-of-file blank): the put's status.
+    pub(crate) fn sync_flush(&self, dirty_from: u64, end: u64, store_timestamp: i64, wait: bool) -> PutMessageStatus {
+        let gc = &self.group_commit;
+        gc.written_timestamp.fetch_max(store_timestamp, Ordering::AcqRel);
+        if !gc.running.load(Ordering::Acquire) {
+            return self.flush_inline(dirty_from, end);
+        }
+        gc.wakeup();
+        if !wait {
+            return PutMessageStatus::PutOk;
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.sync_flush.sync_flush_timeout);
+        gc.waiting.fetch_add(1, Ordering::AcqRel);
+        let mut g = gc.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let status = loop {
+            if self.flushed_offset.load(Ordering::Acquire) >= end {
+                break PutMessageStatus::PutOk;
+            }
+            if matches!(*self.state(), State::Poisoned(_)) {
+                break PutMessageStatus::FlushDiskTimeout;
+            }
+            if !gc.running.load(Ordering::Acquire) {
+                drop(g);
+                gc.waiting.fetch_sub(1, Ordering::AcqRel);
+                return self.flush_inline(dirty_from, end);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break PutMessageStatus::FlushDiskTimeout;
+            }
+            g = gc.done.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        };
+        drop(g);
+        gc.waiting.fetch_sub(1, Ordering::AcqRel);
+        status
+    }
+
+    /// The per-put flush: `[dirty_from, end)` flushed now; a failure poisons the store.
+    fn flush_inline(&self, dirty_from: u64, end: u64) -> PutMessageStatus {
+        match self.commitlog.flush_range(dirty_from, end) {
+            Ok(()) => {
+                self.flushed_offset.fetch_max(end, Ordering::AcqRel);
+                PutMessageStatus::PutOk
+            }
+            Err(e) => {
+                *self.state() = State::Poisoned(e.to_string());
+                PutMessageStatus::FlushDiskTimeout
+            }
+        }
+    }
+
+    /// Puts waiting for the group commit service right now (for observation and tests).
+    pub fn sync_flush_waiting(&self) -> usize {
+        self.group_commit.waiting.load(Ordering::Acquire)
+    }
+
+    /// Flushes the group commit service made since the store opened.
+    pub fn group_commit_flushes(&self) -> u64 {
+        self.group_commit.groups.load(Ordering::Relaxed)
+    }
+}
