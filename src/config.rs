@@ -147,6 +147,10 @@ pub struct StoreConfig {
     pub index: crate::index::IndexConfig,
     /// `messageIndexEnable`: build the key index. Default true.
     pub message_index_enable: bool,
+    /// `messageIndexSafe`: after a crash, recovery also starts no later than the checkpoint's
+    /// `indexMsgTimestamp` (so every message of an index file that may be lost is dispatched again). Default
+    /// false.
+    pub message_index_safe: bool,
     /// `messageDelayLevel`: delay levels of `SCHEDULE_TOPIC_XXXX` (their tagsCode is the delivery time).
     pub message_delay_level: String,
     /// Read-path (`getMessage`) settings.
@@ -161,6 +165,7 @@ impl Default for StoreConfig {
             consume_queue: ConsumeQueueConfig::default(),
             index: crate::index::IndexConfig::default(),
             message_index_enable: true,
+            message_index_safe: false,
             message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
             read: ReadConfig::default(),
         }

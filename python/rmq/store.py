@@ -51,6 +51,8 @@ class StoreConfig:
     max_msgs_num_batch: int = 64
     #: `messageIndexEnable`: build the key index.
     message_index_enable: bool = True
+    #: `messageIndexSafe`: after a crash, recovery also starts no later than the checkpoint's indexMsgTimestamp.
+    message_index_safe: bool = False
     #: `messageDelayLevel`: delay levels; the tagsCode of SCHEDULE_TOPIC_XXXX entries is the delivery time.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     #: `maxTransferBytesOnMessageInMemory`: byte cap of one `get_message` when its data is hot.

@@ -93,6 +93,7 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
             "max_index_num" => c.index.max_index_num = int_setting(&key, v)?,
             "max_msgs_num_batch" => c.index.max_msgs_num_batch = int_setting(&key, v)?,
             "message_index_enable" => c.message_index_enable = bool_setting(&key, v)?,
+            "message_index_safe" => c.message_index_safe = bool_setting(&key, v)?,
             "message_delay_level" => c.message_delay_level = str_setting(&key, v)?,
             "store_host" => c.broker.store_host = parse_host(&str_setting(&key, v)?)?,
             "broker_cluster_name" => {
@@ -521,6 +522,13 @@ impl MessageStore {
         d.set_item("rebuilt_index_files", r.rebuilt_index_files.clone())?;
         d.set_item("checkpoint_restart", r.checkpoint_restart)?;
         d.set_item("dispatch_blocked", r.dispatch_blocked.as_deref())?;
+        d.set_item("path", r.path.name())?;
+        d.set_item("start_offset", r.start_offset)?;
+        d.set_item("start_segment", r.start_segment.as_ref().map(|p| p.display().to_string()))?;
+        d.set_item("validated_bytes", r.validated_bytes)?;
+        d.set_item("validate_seconds", r.validate_time.as_secs_f64())?;
+        d.set_item("open_seconds", r.open_time.as_secs_f64())?;
+        d.set_item("index_files_trusted", r.index_files_trusted)?;
         Ok(d)
     }
 

@@ -179,6 +179,21 @@ pub struct RecoveryReport {
     /// wrong (a file breaking its own rules, an entry not pointing at its message, a file lost), and the
     /// commitlog range rebuilt.
     pub rebuilt_index_files: Vec<String>,
+    /// Which of RocketMQ's recoveries ran (chosen by the abort file): `Normal` validated the last three
+    /// segments, `Abnormal` everything from the segment holding the checkpoint's durable point.
+    pub path: crate::commitlog::recover::RecoveryPath,
+    /// The commitlog segment recovery started from (its start offset), and its file.
+    pub start_offset: u64,
+    pub start_segment: Option<PathBuf>,
+    /// Commitlog bytes validated (records walked with their CRCs when `check_crc_on_recover`).
+    pub validated_bytes: u64,
+    /// Time spent validating the commitlog, and the whole open (validation, the derived files' checks,
+    /// dispatch).
+    pub validate_time: std::time::Duration,
+    pub open_time: std::time::Duration,
+    /// Index files kept after a crash without being read at open: rolled (full, flushed) files whose
+    /// endTimestamp is at or before the checkpoint's indexMsgTimestamp (RocketMQ keeps them too, §7.5).
+    pub index_files_trusted: u64,
 }
 
 #[derive(Debug, Default)]
