@@ -210,18 +210,28 @@ fn judge_entry(
 
 /// The first entry of `file`, from the newest back to the first whose message starts before `down_to` (and
 /// at least the newest), that does not point at a message with a key of its hash: `(byte position, reason)`.
+/// A message's entries lie next to each other (one per key), so its key hashes are worked out once.
 fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64, String)> {
     let mut bad = None;
     let mut first = true;
+    // The last message read: its offset and its key hashes (None: no message starts there).
+    let mut last: Option<(i64, Option<Vec<i32>>)> = None;
     file.entries_back(&mut |n, hash, offset| {
         let at = u64::try_from(offset).unwrap_or(u64::MAX);
         if !first && at < down_to {
             return false;
         }
         first = false;
-        let ok = match log.read(at) {
-            Ok(Some(rec)) => has_key_hash(&rec, hash),
-            _ => at < log.min_offset() && offset >= 0,
+        if last.as_ref().is_none_or(|(o, _)| *o != offset) {
+            let hashes = match log.read(at) {
+                Ok(Some(rec)) => Some(key_hashes(&rec)),
+                _ => None,
+            };
+            last = Some((offset, hashes));
+        }
+        let ok = match last.as_ref().and_then(|(_, h)| h.as_ref()) {
+            Some(hashes) => hashes.contains(&hash),
+            None => at < log.min_offset() && offset >= 0,
         };
         if !ok {
             bad = Some((
