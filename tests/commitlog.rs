@@ -929,8 +929,7 @@ fn commitlog_open_validates_from_the_last_segment_that_starts_with_a_record() {
     drop(log);
     // After a clean close, RocketMQ's normal recovery: three segments from the end (at a segment whose first
     // record the consume queues already hold), or the first segment when nothing was dispatched.
-    let nothing =
-        rmq::commitlog::RecoverOptions { unclean: false, ..rmq::commitlog::RecoverOptions::default() };
+    let nothing = rmq::commitlog::RecoverOptions { unclean: false, ..rmq::commitlog::RecoverOptions::default() };
     let (log, report) = CommitLog::open_with(&commitlog_dir(dir.path()), cfg.clone(), &nothing).unwrap();
     assert_eq!((report.end_offset, report.validated_from, report.validated_bytes), (end, 0, end));
     drop(log);

@@ -84,7 +84,10 @@ fn a_clean_close_validates_the_last_three_segments_and_a_crash_everything_after_
         assert_eq!(r.start_offset, (files - 3) * SEG);
         assert_eq!(r.validated_bytes, end - (files - 3) * SEG);
         assert!(r.validated_bytes <= 3 * SEG);
-        assert_eq!(r.start_segment.unwrap(), dir.path().join("commitlog").join(rmq::file_queue::file_name(r.start_offset)));
+        assert_eq!(
+            r.start_segment.unwrap(),
+            dir.path().join("commitlog").join(rmq::file_queue::file_name(r.start_offset))
+        );
         assert_eq!(r.checkpoint_restart, None);
         s.close().unwrap();
         end

@@ -1,7 +1,8 @@
-"""RocketMQ's two recoveries seen from Python, after a real SIGKILL: a child writes, flushes (the checkpoint),
-writes on and is killed; its first messages are more than RocketMQ's 3 s margin older than the checkpoint. The next open takes the abnormal path from
-the segment holding the checkpoint's point and validates every byte after it; after a clean close the normal
-path validates the last three segments only. `recovery_report` says which."""
+"""RocketMQ's two recoveries seen from Python, after a real SIGKILL: a child writes, waits longer than
+RocketMQ's 3 s margin, writes on, flushes (the checkpoint), writes more and is killed. The next open takes the
+abnormal path from the newest segment stored before the checkpoint's point less the margin and validates every
+byte after it; after a clean close the normal path validates the last three segments only. `recovery_report`
+says which."""
 
 from __future__ import annotations
 
