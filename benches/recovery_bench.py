@@ -2,9 +2,11 @@
 on the same multi-GiB store, after a crash (abnormal path) and after a clean shutdown (normal path).
 
 1. A writer process fills a store with RocketMQ's defaults (1 GiB segments, ASYNC_FLUSH, default consume-queue
-   and index sizes) with ~1 KiB messages over 4 topics x 8 queues, each with a tag and a key, flushing once
-   early on (so the checkpoint is older than every segment after the first), waits until everything is
-   dispatched and is killed with SIGKILL: the abort file stays, as after any crash. That image is kept.
+   and index sizes) with ~1 KiB messages over 4 topics x 8 queues, each with a tag and two keys, waits until
+   everything is dispatched and is killed with SIGKILL: the abort file stays, as after any crash. Two images:
+   `old` flushes once early on (the checkpoint is older than every record less the 3 s margin, so both
+   recoveries validate and dispatch the whole store), `recent` flushes every 500 ms (as FlushRealTimeService
+   and the checkpoint service do: the abnormal path starts near the end).
 2. A clean image: rmq opens a copy of it and closes it (abort file removed, checkpoint current).
 3. Each measured open runs in a fresh process on a fresh copy of an image (both rmq and RocketMQ rewrite
    files while recovering): `rmq.MessageStore(path)` (the whole Python open: validation with CRCs, the derived
@@ -18,7 +20,8 @@ timestamp less 3 s; normal: the newest segment whose first record the consume qu
 
 Environment: `RMQ_BENCH_RECOVERY_DIR` (default /tmp/rmq-bench-recovery), `RMQ_BENCH_RECOVERY_GIB` (store size,
 default 3.25), `RMQ_BENCH_RECOVERY_REBUILD=1` rebuilds the images, `RMQ_BENCH_RECOVERY_COLD=0` skips the
-cold runs. Prints one JSON line per run and a table.
+cold runs, `RMQ_BENCH_RECOVERY_SCENARIOS` picks from `old,recent,clean` (the default: all three). Prints one
+JSON line per run and a table.
 """
 
 from __future__ import annotations
@@ -42,15 +45,16 @@ QUEUES = 8
 BATCH = 64
 
 
-def write(root: Path, size: int) -> None:
-    """The writer (run in a child process): fills `root` to `size` bytes, flushing once at 64 MiB, waits for
-    dispatch and says "ready", then waits to be killed."""
+def write(root: Path, size: int, every: float) -> None:
+    """The writer (run in a child process): fills `root` to `size` bytes, flushing once at 64 MiB (`every` 0)
+    or every `every` seconds, waits for dispatch and says "ready", then waits to be killed."""
     import rmq
 
     tags = ["TagA", "TagB", "TagC", "TagD", "TagE"]
     with rmq.MessageStore(root, rmq.StoreConfig(flush_disk_type="ASYNC_FLUSH")) as store:
         i = 0
         flushed = False
+        last_flush = time.monotonic()
         while store.max_offset < size:
             items = [
                 rmq.Message(
@@ -63,7 +67,10 @@ def write(root: Path, size: int) -> None:
             n = i // BATCH
             store.put_batch(f"BenchTopic{n % TOPICS}", items, queue_id=(n // TOPICS) % QUEUES)
             i += BATCH
-            if not flushed and store.max_offset > 64 << 20:
+            if every > 0 and time.monotonic() - last_flush >= every:
+                store.flush()
+                last_flush = time.monotonic()
+            elif every == 0 and not flushed and store.max_offset > 64 << 20:
                 store.flush()
                 flushed = True
         store.wait_dispatched(3600)
@@ -71,10 +78,10 @@ def write(root: Path, size: int) -> None:
         time.sleep(3600)
 
 
-def build_crashed(image: Path, size: int) -> None:
+def build_crashed(image: Path, size: int, every: float) -> None:
     shutil.rmtree(image, ignore_errors=True)
     child = subprocess.Popen(
-        [sys.executable, __file__, "write", str(image), str(size)], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "write", str(image), str(size), str(every)], stdout=subprocess.PIPE, text=True
     )
     assert child.stdout is not None
     line = child.stdout.readline()
@@ -169,12 +176,16 @@ def main() -> None:
     base = Path(os.environ.get("RMQ_BENCH_RECOVERY_DIR", "/tmp/rmq-bench-recovery"))
     size = int(float(os.environ.get("RMQ_BENCH_RECOVERY_GIB", "3.25")) * GIB)
     crashed, clean, work = base / "crashed", base / "clean", base / "work"
+    recent = base / "crashed-recent"
     base.mkdir(parents=True, exist_ok=True)
-    if os.environ.get("RMQ_BENCH_RECOVERY_REBUILD") or not (crashed / "abort").exists():
-        t0 = time.perf_counter()
-        build_crashed(crashed, size)
-        print(f"# built {crashed} in {time.perf_counter() - t0:.0f} s", flush=True)
-        shutil.rmtree(clean, ignore_errors=True)
+    rebuild = bool(os.environ.get("RMQ_BENCH_RECOVERY_REBUILD"))
+    for image, every in ((crashed, 0.0), (recent, 0.5)):
+        if rebuild or not (image / "abort").exists():
+            t0 = time.perf_counter()
+            build_crashed(image, size, every)
+            print(f"# built {image} in {time.perf_counter() - t0:.0f} s", flush=True)
+            if image == crashed:
+                shutil.rmtree(clean, ignore_errors=True)
     if not clean.exists():
         copy(crashed, clean, cold=False)
         subprocess.run([sys.executable, "-c", f"import rmq; rmq.MessageStore({str(clean)!r}).close()"], check=True)
@@ -185,7 +196,10 @@ def main() -> None:
     store_bytes = sum(s.stat().st_size for s in segments(crashed))
     print(f"# store: {len(segments(crashed))} segments, {store_bytes / GIB:.2f} GiB of segment files", flush=True)
     rows = []
-    for path, image in (("abnormal", crashed), ("normal", clean)):
+    scenarios = {"old": ("abnormal", crashed), "recent": ("abnormal", recent), "clean": ("normal", clean)}
+    chosen = os.environ.get("RMQ_BENCH_RECOVERY_SCENARIOS", "old,recent,clean").split(",")
+    for name in chosen:
+        path, image = scenarios[name]
         for cold in (True, False) if can_drop else (False,):
             for impl in ("rmq", "rocketmq"):
                 copy(image, work, cold)
@@ -198,24 +212,24 @@ def main() -> None:
                     assert r["ok"] and r["clean"] == (path == "normal"), r
                     seconds = r["load_seconds"]
                     validated = r["max_offset"] - rocketmq_start(image, path == "normal")
-                r.update(impl=impl, recovery=path, cache="cold" if cold else "warm", seconds=seconds)
+                r.update(impl=impl, recovery=path, scenario=name, cache="cold" if cold else "warm", seconds=seconds)
                 r["validated_bytes"] = validated
                 r["gb_per_s"] = validated / seconds / 1e9 if seconds > 0 else 0.0
                 print(json.dumps(r), flush=True)
                 rows.append(r)
     shutil.rmtree(work, ignore_errors=True)
-    print("\n| recovery | cache | impl | validated | seconds | GB/s |")
-    print("|---|---|---|---|---|---|")
+    print("\n| recovery | checkpoint | cache | impl | validated | seconds | GB/s |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['recovery']} | {r['cache']} | {r['impl']} | {r['validated_bytes'] / GIB:.2f} GiB "
+            f"| {r['recovery']} | {r['scenario']} | {r['cache']} | {r['impl']} | {r['validated_bytes'] / GIB:.2f} GiB "
             f"| {r['seconds']:.2f} | {r['gb_per_s']:.2f} |"
         )
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "write":
-        write(Path(sys.argv[2]), int(sys.argv[3]))
+        write(Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "open":
         open_rmq(Path(sys.argv[2]))
     else:
