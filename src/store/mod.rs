@@ -168,8 +168,8 @@ pub struct RecoveryReport {
     pub rebuilt_queues: Vec<String>,
     /// Why each rebuilt queue was rebuilt, in the order of `rebuilt_queues`.
     pub rebuilt_reasons: Vec<String>,
-    /// Where dispatch restarted because the previous run did not close cleanly: the start of the segment
-    /// holding the checkpoint's durable point (None after a clean close).
+    /// Where dispatch restarted because the previous run did not close cleanly: the start of the newest
+    /// segment stored at or before the checkpoint's min timestamp less 3 s (None after a clean close).
     pub checkpoint_restart: Option<u64>,
     /// Why dispatch could not catch up while opening (a full disk: a consume-queue or index file could not be
     /// created), if it could not. The store opened anyway: records from `dispatched_from` on are readable by

@@ -8,8 +8,9 @@
 //! with its queue offset, size and tagsCode cuts the queue at the first bad entry, and the queue is rebuilt
 //! from the commitlog. Entries are checked from the newest back to the checkpoint's durable point
 //! (`logicsMsgTimestamp`), and at least the newest one. After a crash, dispatch restarts no later than the
-//! segment holding the checkpoint's durable point, as RocketMQ's abnormal recovery does, so pages of derived
-//! files lost by a power loss are written again. Queue offsets are then taken from the queues, so a queue
+//! newest segment stored at or before the checkpoint's min timestamp less 3 s, where RocketMQ's abnormal
+//! recovery starts (and where the commitlog's walk started, `commitlog::recover`), so pages of derived files
+//! lost by a power loss are written again. Queue offsets are then taken from the queues, so a queue
 //! offset is never handed out twice.
 
 use std::path::Path;
