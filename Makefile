@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets
+.PHONY: bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,11 @@ bench-sync: build
 # ASYNC_FLUSH put throughput with and without the transient store pool (README figures).
 bench-pool:
 	cargo bench --bench transient_pool
+
+# rmq's open against RocketMQ 5.3.1's DefaultMessageStore.load() on a 3.25 GiB store, after a crash and after a
+# clean shutdown (benches/recovery_bench.py; needs Java 17 and Maven; drops the page cache when root).
+bench-recovery: build
+	$(PY) benches/recovery_bench.py
 
 # Regenerates the committed store written by Apache RocketMQ and its description (tests/interop/README.md).
 HARNESS := tests/interop/harness

@@ -295,6 +295,9 @@ settings! {
     pub struct DispatchConfig in dispatch {
         /// Build the key index.
         message_index_enable ("messageIndexEnable"): bool = true,
+        /// After a crash, recovery also starts no later than the checkpoint's indexMsgTimestamp (every message
+        /// of an index file that may be lost is dispatched again).
+        message_index_safe ("messageIndexSafe"): bool = false,
         /// Delay levels; the tagsCode of SCHEDULE_TOPIC_XXXX entries is the delivery time.
         message_delay_level ("messageDelayLevel"): String = crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
     }

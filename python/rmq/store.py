@@ -57,6 +57,7 @@ class StoreConfig:
     max_index_num: int = _default("max_index_num")
     max_msgs_num_batch: int = _default("max_msgs_num_batch")
     message_index_enable: bool = _default("message_index_enable")
+    message_index_safe: bool = _default("message_index_safe")
     message_delay_level: str = _default("message_delay_level")
     max_transfer_bytes_on_message_in_memory: int = _default("max_transfer_bytes_on_message_in_memory")
     max_transfer_count_on_message_in_memory: int = _default("max_transfer_count_on_message_in_memory")

@@ -94,6 +94,15 @@ pub struct RecoverOptions {
     /// flushed, so a power loss cannot have lost its pages. `i64::MAX` (the default, for a commitlog opened on
     /// its own) assumes every record was flushed: only a kill's torn append is told apart from damage.
     pub durable_timestamp: i64,
+    /// The abnormal path's start time (RocketMQ's `dispatchFromStoreTimestamp`): the checkpoint's
+    /// `getMinTimestamp()`, i.e. `min(physicMsgTimestamp, logicsMsgTimestamp) - 3 s` floored at 0, and with
+    /// `messageIndexSafe` at most `indexMsgTimestamp`. After a crash validation starts at the newest segment
+    /// whose first record was stored at or before it (spec §10.3). `i64::MAX` (a commitlog opened on its own):
+    /// the newest segment.
+    pub start_timestamp: i64,
+    /// With `messageIndexSafe`: the checkpoint's `indexMsgTimestamp`; recovery starts at a segment whose first
+    /// record was stored at or before it (both paths). `i64::MAX` without it.
+    pub index_safe_timestamp: i64,
 }
 
 impl Default for RecoverOptions {
@@ -105,7 +114,30 @@ impl Default for RecoverOptions {
             unclean: true,
             dispatched_end: 0,
             durable_timestamp: i64::MAX,
+            start_timestamp: i64::MAX,
+            index_safe_timestamp: i64::MAX,
             storage: crate::mmap::Storage::Disk,
+        }
+    }
+}
+
+/// Which of RocketMQ's recoveries opening ran (spec §10.4, §10.5), chosen by the abort file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryPath {
+    /// `recoverNormally`: the previous run closed cleanly; the last three segments are validated.
+    #[default]
+    Normal,
+    /// `recoverAbnormally`: the previous run did not close (abort file); everything from the segment holding
+    /// the checkpoint's durable point (minus RocketMQ's 3 s margin) is validated and dispatched again.
+    Abnormal,
+}
+
+impl RecoveryPath {
+    /// `"normal"` or `"abnormal"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryPath::Normal => "normal",
+            RecoveryPath::Abnormal => "abnormal",
         }
     }
 }
@@ -128,8 +160,15 @@ pub struct Damage {
 pub struct OpenReport {
     /// Global offset where appends continue.
     pub end_offset: u64,
-    /// Offset from which records were validated.
+    /// Offset from which records were validated (the start of the segment recovery started from).
     pub validated_from: u64,
+    /// Which of RocketMQ's two recoveries ran: `Normal` after a clean close, `Abnormal` after a crash.
+    pub path: RecoveryPath,
+    /// Commitlog bytes walked and validated (records, with their CRCs when `check_crc_on_recover`, and the
+    /// end-of-segment blanks): from `validated_from` to the end found, plus what a salvage skipped.
+    pub validated_bytes: u64,
+    /// How long the walk took.
+    pub validate_time: std::time::Duration,
     /// Non-zero bytes after the end that were zeroed (a torn write, or what truncate cut in the last segment).
     pub discarded_bytes: u64,
     /// Bytes of an unfinished (unacknowledged) append that were discarded.
@@ -156,20 +195,11 @@ impl CommitLog {
     /// Walks the log from the recovery start and settles its end (module docs).
     pub(super) fn recover(&self, opts: &RecoverOptions) -> Result<OpenReport> {
         let files = self.queue.files();
-        let mut report = OpenReport { mode: opts.mode, ..OpenReport::default() };
+        let path = if opts.unclean { RecoveryPath::Abnormal } else { RecoveryPath::Normal };
+        let mut report = OpenReport { mode: opts.mode, path, ..OpenReport::default() };
         let Some(last) = files.last() else { return Ok(report) };
-        // From the last segment that starts with a record; after a crash from the segment before it too, so
-        // that the end of that segment (where a roll writes its blank filler) is validated as well, and from
-        // the segment holding the checkpoint's durable point if that is earlier: a power loss can lose pages
-        // anywhere after it, also in segments before one whose first page survived.
-        let newest = files.iter().rposition(|f| self.starts_with_record(f)).unwrap_or(0);
-        let from = if opts.unclean {
-            let durable =
-                files.iter().rposition(|f| self.first_timestamp(f).is_some_and(|t| t < opts.durable_timestamp));
-            newest.saturating_sub(1).min(durable.unwrap_or(0))
-        } else {
-            newest
-        };
+        let began = std::time::Instant::now();
+        let from = self.recovery_start(&files, opts);
         let start = files.get(from).map_or(0, |f| f.start());
         report.validated_from = start;
         let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
@@ -223,6 +253,8 @@ impl CommitLog {
             }
         };
         report.end_offset = end;
+        report.validated_bytes = end.saturating_sub(start) + report.damage.iter().map(|d| d.bytes).sum::<u64>();
+        report.validate_time = began.elapsed();
         if report.damage.is_empty() && report.torn_bytes == 0 {
             // A clean end: segments after it hold nothing (RocketMQ pre-allocates the next one, and its
             // recovery destroys every file starting after the end; so does rmq).
@@ -231,16 +263,50 @@ impl CommitLog {
         Ok(report)
     }
 
-    fn starts_with_record(&self, f: &Arc<MappedFile>) -> bool {
-        matches!(super::cursor::at(f, f.start(), f.end(), CheckOptions::default()), Step::Record(_))
+    /// The index of the segment recovery validates from (spec §10.3, with rmq's stricter rules).
+    ///
+    /// - **Normal** (clean close): RocketMQ's `recoverNormally` starts three segments from the end, at a segment
+    ///   that `isMappedFileMatchedRecover` accepts: its first record validates, has a store time, names an
+    ///   offset at or before `dispatchFromPhyOffset` (what the consume queues and index hold), and with
+    ///   `messageIndexSafe` was stored at or before `indexMsgTimestamp`. None accepted: the first segment.
+    ///   Nothing before it is read: after a clean close every byte was flushed, so a bit flipped there is not
+    ///   looked for (as in RocketMQ; `rmq check` reads everything).
+    /// - **Abnormal** (crash): the newest segment whose first record validates and was stored at or before
+    ///   `start_timestamp` (the checkpoint's min timestamp less 3 s); none: the first segment. Every record
+    ///   stored after the checkpoint's durable point lies at or after it. rmq also starts no later than the
+    ///   segment before the newest one that starts with a record, so that the end of that segment, where a
+    ///   roll writes its end-of-file blank, is validated too (RocketMQ starts at the newest segment when the
+    ///   checkpoint is recent).
+    fn recovery_start(&self, files: &[Arc<MappedFile>], opts: &RecoverOptions) -> usize {
+        let first = |f: &Arc<MappedFile>| match super::cursor::at(f, f.start(), f.end(), self.check_options()) {
+            Step::Record(r) if r.header.store_timestamp != 0 => Some(r.header),
+            _ => None,
+        };
+        let index_safe = |h: &RecordHeader| h.store_timestamp <= opts.index_safe_timestamp;
+        if opts.unclean {
+            let newest = files.iter().rposition(|f| self.starts_with_record(f)).unwrap_or(0);
+            let matched = files
+                .iter()
+                .rposition(|f| first(f).is_some_and(|h| h.store_timestamp <= opts.start_timestamp && index_safe(&h)))
+                .unwrap_or(0);
+            matched.min(newest.saturating_sub(1))
+        } else {
+            let top = files.len().saturating_sub(3);
+            files
+                .get(..=top)
+                .unwrap_or_default()
+                .iter()
+                .rposition(|f| {
+                    first(f).is_some_and(|h| {
+                        u64::try_from(h.physical_offset).is_ok_and(|o| o <= opts.dispatched_end) && index_safe(&h)
+                    })
+                })
+                .unwrap_or(0)
+        }
     }
 
-    /// The store time of the segment's first record, if it starts with one.
-    fn first_timestamp(&self, f: &Arc<MappedFile>) -> Option<i64> {
-        match super::cursor::at(f, f.start(), f.end(), CheckOptions::default()) {
-            Step::Record(r) => Some(r.header.store_timestamp),
-            _ => None,
-        }
+    fn starts_with_record(&self, f: &Arc<MappedFile>) -> bool {
+        matches!(super::cursor::at(f, f.start(), f.end(), CheckOptions::default()), Step::Record(_))
     }
 
     /// Classifies the bytes from `p` (the first position that is neither a record nor a blank) to the end of

@@ -599,6 +599,13 @@ impl MessageStore {
         d.set_item("transient_store_pool", r.transient_store_pool.clone())?;
         d.set_item("checkpoint_restart", r.checkpoint_restart)?;
         d.set_item("dispatch_blocked", r.dispatch_blocked.as_deref())?;
+        d.set_item("path", r.path.name())?;
+        d.set_item("start_offset", r.start_offset)?;
+        d.set_item("start_segment", r.start_segment.as_ref().map(|p| p.display().to_string()))?;
+        d.set_item("validated_bytes", r.validated_bytes)?;
+        d.set_item("validate_seconds", r.validate_time.as_secs_f64())?;
+        d.set_item("open_seconds", r.open_time.as_secs_f64())?;
+        d.set_item("index_files_trusted", r.index_files_trusted)?;
         Ok(d)
     }
 

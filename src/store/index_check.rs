@@ -5,8 +5,10 @@
 //! So each failure has one repair, rebuilding the file's range from the commitlog:
 //!
 //! - **A file that breaks its own rules** ([`IndexFile::verify`]: chains, slots and header against the
-//!   entries). The newest file is verified at open after a crash (a power loss loses its pages out of order);
-//!   every other file the first time a query reads it, so opening never reads gigabytes of index.
+//!   entries). After a crash the files not known to be whole are verified at open: the newest (a power loss
+//!   loses its pages out of order) and any rolled after the checkpoint's indexMsgTimestamp. The files rolled
+//!   at or before it were flushed when they rolled and are not read at open at all (RocketMQ keeps them too);
+//!   every other file is verified the first time a query reads it, so opening never reads gigabytes of index.
 //! - **An entry that does not point at a message with a key of its hash**, found by the query that reads it
 //!   (and at open after a crash, for the newest file's entries from the checkpoint's restart point on).
 //! - **A missing file**: keyed messages between two files' ranges, or before the first file's, that no file
@@ -208,18 +210,28 @@ fn judge_entry(
 
 /// The first entry of `file`, from the newest back to the first whose message starts before `down_to` (and
 /// at least the newest), that does not point at a message with a key of its hash: `(byte position, reason)`.
+/// A message's entries lie next to each other (one per key), so its key hashes are worked out once.
 fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64, String)> {
     let mut bad = None;
     let mut first = true;
+    // The last message read: its offset and its key hashes (None: no message starts there).
+    let mut last: Option<(i64, Option<Vec<i32>>)> = None;
     file.entries_back(&mut |n, hash, offset| {
         let at = u64::try_from(offset).unwrap_or(u64::MAX);
         if !first && at < down_to {
             return false;
         }
         first = false;
-        let ok = match log.read(at) {
-            Ok(Some(rec)) => has_key_hash(&rec, hash),
-            _ => at < log.min_offset() && offset >= 0,
+        if last.as_ref().is_none_or(|(o, _)| *o != offset) {
+            let hashes = match log.read(at) {
+                Ok(Some(rec)) => Some(key_hashes(&rec)),
+                _ => None,
+            };
+            last = Some((offset, hashes));
+        }
+        let ok = match last.as_ref().and_then(|(_, h)| h.as_ref()) {
+            Some(hashes) => hashes.contains(&hash),
+            None => at < log.min_offset() && offset >= 0,
         };
         if !ok {
             bad = Some((
@@ -233,9 +245,18 @@ fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64
 }
 
 /// The open's check of the index (module docs). `restart`: after a crash, where dispatch restarts (entries
-/// from there on are checked against their messages); None after a clean close. Returns what was rebuilt and
-/// why, one line per file or range.
-pub(super) fn check_at_open(index: &IndexService, log: &CommitLog, restart: Option<u64>) -> Result<Vec<String>> {
+/// from there on are checked against their messages); None after a clean close. `trusted_to`: after a crash,
+/// the checkpoint's `indexMsgTimestamp`. A file rolled before the newest (full, and flushed when it was rolled)
+/// whose endTimestamp is at or before it is kept as it is, not read at all: RocketMQ keeps those files after a
+/// crash and deletes the newer ones (§7.5); rmq checks the newer ones and rebuilds what fails. (A trusted file
+/// damaged by something other than the crash is still found by the first query that reads it.) Returns what was
+/// rebuilt and why, one line per file or range, and how many files were trusted.
+pub(super) fn check_at_open(
+    index: &IndexService,
+    log: &CommitLog,
+    restart: Option<u64>,
+    trusted_to: Option<i64>,
+) -> Result<(Vec<String>, u64)> {
     let mut rebuilt = Vec::new();
     // A rebuild that fails (a full disk) is reported and the open goes on: a query tries again later.
     let mut repair = |files: &[Arc<IndexFile>], at: usize, target: bool, what: String| -> bool {
@@ -250,11 +271,26 @@ pub(super) fn check_at_open(index: &IndexService, log: &CommitLog, restart: Opti
             }
         }
     };
-    // The newest file with entries, after a crash.
-    if let Some(restart) = restart {
+    let trusted = |files: &[Arc<IndexFile>], at: usize| {
+        trusted_to.is_some_and(|ts| {
+            at + 1 < files.len() && files.get(at).is_some_and(|f| f.has_entries() && f.end_timestamp() <= ts)
+        })
+    };
+    let trusted_count = {
         let files = index.files();
-        if let Some(at) = files.iter().rposition(|f| f.has_entries()) {
-            let f = &files[at];
+        (0..files.len()).filter(|&at| trusted(&files, at)).count() as u64
+    };
+    // After a crash, every file with entries that is not trusted, newest first: the newest may have lost
+    // pages out of order, and one rolled after the checkpoint's indexMsgTimestamp is not known to be whole.
+    if let Some(restart) = restart {
+        let mut at = index.files().len();
+        while at > 0 {
+            at -= 1;
+            let files = index.files();
+            let Some(f) = files.get(at) else { continue };
+            if !f.has_entries() || trusted(&files, at) {
+                continue;
+            }
             let found = match f.verify() {
                 Err(d) => Some((d.offset, d.reason)),
                 Ok(()) => check_entries(f, log, restart),
@@ -272,8 +308,10 @@ pub(super) fn check_at_open(index: &IndexService, log: &CommitLog, restart: Opti
     loop {
         let files = index.files();
         let Some(f) = files.get(at) else { break };
-        if let Err(d) = f.check_header(at + 1 == files.len()) {
-            repair(&files, at, true, format!("{} at byte {}: {}", f.path().display(), d.offset, d.reason));
+        if !trusted(&files, at) {
+            if let Err(d) = f.check_header(at + 1 == files.len()) {
+                repair(&files, at, true, format!("{} at byte {}: {}", f.path().display(), d.offset, d.reason));
+            }
         }
         at += 1;
     }
@@ -323,7 +361,7 @@ pub(super) fn check_at_open(index: &IndexService, log: &CommitLog, restart: Opti
             break;
         }
     }
-    Ok(rebuilt)
+    Ok((rebuilt, trusted_count))
 }
 
 impl MessageStore {

@@ -175,8 +175,8 @@ pub struct RecoveryReport {
     pub rebuilt_queues: Vec<String>,
     /// Why each rebuilt queue was rebuilt, in the order of `rebuilt_queues`.
     pub rebuilt_reasons: Vec<String>,
-    /// Where dispatch restarted because the previous run did not close cleanly: the start of the segment
-    /// holding the checkpoint's durable point (None after a clean close).
+    /// Where dispatch restarted because the previous run did not close cleanly: the start of the newest
+    /// segment stored at or before the checkpoint's min timestamp less 3 s (None after a clean close).
     pub checkpoint_restart: Option<u64>,
     /// Why dispatch could not catch up while opening (a full disk: a consume-queue or index file could not be
     /// created), if it could not. The store opened anyway: records from `dispatched_from` on are readable by
@@ -189,6 +189,21 @@ pub struct RecoveryReport {
     /// What became of `transient_store_pool_enable` (None: not enabled): "on: ..." (with whether the buffers
     /// are locked in memory) or "ignored: ..." (not ASYNC_FLUSH, or a SLAVE).
     pub transient_store_pool: Option<String>,
+    /// Which of RocketMQ's recoveries ran (chosen by the abort file): `Normal` validated the last three
+    /// segments, `Abnormal` everything from the segment holding the checkpoint's durable point.
+    pub path: crate::commitlog::recover::RecoveryPath,
+    /// The commitlog segment recovery started from (its start offset), and its file.
+    pub start_offset: u64,
+    pub start_segment: Option<PathBuf>,
+    /// Commitlog bytes validated (records walked with their CRCs when `check_crc_on_recover`).
+    pub validated_bytes: u64,
+    /// Time spent validating the commitlog, and the whole open (validation, the derived files' checks,
+    /// dispatch).
+    pub validate_time: std::time::Duration,
+    pub open_time: std::time::Duration,
+    /// Index files kept after a crash without being read at open: rolled (full, flushed) files whose
+    /// endTimestamp is at or before the checkpoint's indexMsgTimestamp (RocketMQ keeps them too, §7.5).
+    pub index_files_trusted: u64,
 }
 
 #[derive(Debug, Default)]

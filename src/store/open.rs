@@ -8,8 +8,9 @@
 //! with its queue offset, size and tagsCode cuts the queue at the first bad entry, and the queue is rebuilt
 //! from the commitlog. Entries are checked from the newest back to the checkpoint's durable point
 //! (`logicsMsgTimestamp`), and at least the newest one. After a crash, dispatch restarts no later than the
-//! segment holding the checkpoint's durable point, as RocketMQ's abnormal recovery does, so pages of derived
-//! files lost by a power loss are written again. Queue offsets are then taken from the queues, so a queue
+//! newest segment stored at or before the checkpoint's min timestamp less 3 s, where RocketMQ's abnormal
+//! recovery starts (and where the commitlog's walk started, `commitlog::recover`), so pages of derived files
+//! lost by a power loss are written again. Queue offsets are then taken from the queues, so a queue
 //! offset is never handed out twice.
 
 use std::path::Path;
@@ -48,6 +49,7 @@ impl MessageStore {
     /// derived files against it (module docs), dispatches what they lack, and marks the store as running
     /// (abort file).
     pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
+        let began = std::time::Instant::now();
         config.validate()?;
         config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
         let storage = if options.read_only { Storage::Overlay } else { Storage::Disk };
@@ -84,12 +86,21 @@ impl MessageStore {
             .chain(index.as_ref().and_then(IndexService::last_indexed_offset).map(|o| o.saturating_add(1)))
             .max()
             .map_or(0, |m| m.max(0) as u64);
-        let durable_timestamp = checkpoint.values().physic_msg_timestamp;
+        let cp = checkpoint.values();
+        // RocketMQ's `getMinTimestamp()` (spec §8.1): the abnormal path starts at a segment stored before it.
+        let start_timestamp = cp.physic_msg_timestamp.min(cp.logics_msg_timestamp).saturating_sub(3000).max(0);
+        let index_safe_timestamp = if config.dispatch.message_index_enable && config.dispatch.message_index_safe {
+            cp.index_msg_timestamp
+        } else {
+            i64::MAX
+        };
         let recover = RecoverOptions {
             mode: options.recovery,
             unclean: unclean_shutdown,
             dispatched_end,
-            durable_timestamp,
+            durable_timestamp: cp.physic_msg_timestamp,
+            start_timestamp,
+            index_safe_timestamp,
             storage,
         };
         let (mut commitlog, open_report) =
@@ -105,7 +116,16 @@ impl MessageStore {
             let v = checkpoint.values();
             v.logics_msg_timestamp.min(v.physic_msg_timestamp)
         };
-        let mut recovery = RecoveryReport { skipped_dirs, transient_store_pool, ..RecoveryReport::default() };
+        let mut recovery = RecoveryReport {
+            skipped_dirs,
+            transient_store_pool,
+            path: open_report.path,
+            start_offset: open_report.validated_from,
+            start_segment: commitlog.queue().find(open_report.validated_from).map(|f| f.path().to_owned()),
+            validated_bytes: open_report.validated_bytes,
+            validate_time: open_report.validate_time,
+            ..RecoveryReport::default()
+        };
         // Dispatch restarts where every queue and the index are complete. Re-dispatching a record that is
         // already there changes nothing (duplicate rules of §6.2 and §7.5), so erring early is safe.
         let mut cq_frontier: Option<i64> = None;
@@ -155,9 +175,13 @@ impl MessageStore {
             ));
         }
         let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
-        let restart = unclean_shutdown.then(|| checkpoint_restart(&commitlog, durable_ts));
+        let restart =
+            unclean_shutdown.then(|| checkpoint_restart(&commitlog, start_timestamp.min(index_safe_timestamp)));
         if let Some(index) = &index {
-            recovery.rebuilt_index_files = super::index_check::check_at_open(index, &commitlog, restart)?;
+            let trusted_to = unclean_shutdown.then_some(cp.index_msg_timestamp);
+            let (rebuilt, trusted) = super::index_check::check_at_open(index, &commitlog, restart, trusted_to)?;
+            recovery.rebuilt_index_files = rebuilt;
+            recovery.index_files_trusted = trusted;
             let indexed = match index.last_indexed_offset() {
                 None => min,
                 // After a clean close the last indexed record is complete; after a crash it may have only
@@ -261,6 +285,7 @@ impl MessageStore {
             _ => State::ReadOnly,
         };
         *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = state;
+        store.recovery.open_time = began.elapsed();
         Ok(store)
     }
 }
@@ -351,16 +376,17 @@ fn missing_heads(queues: &ConsumeQueueStore, log: &CommitLog) -> Result<Vec<Miss
     Ok(found)
 }
 
-/// After a crash: the start of the newest segment whose first record is older than the checkpoint's durable
-/// point (RocketMQ's abnormal recovery starts there); the log's start when the checkpoint has no durable point.
-fn checkpoint_restart(log: &CommitLog, durable_ts: i64) -> u64 {
+/// After a crash: the start of the newest segment whose first record was stored at or before `start_ts`, the
+/// checkpoint's min timestamp less 3 s (RocketMQ's abnormal recovery dispatches from there, spec §10.3); the
+/// log's start when the checkpoint has no durable point.
+fn checkpoint_restart(log: &CommitLog, start_ts: i64) -> u64 {
     let min = log.min_offset();
-    if durable_ts <= 0 {
+    if start_ts <= 0 {
         return min;
     }
     for f in log.queue().files().iter().rev() {
         if let Ok(Some(rec)) = log.read(f.start()) {
-            if rec.header.store_timestamp < durable_ts {
+            if rec.header.store_timestamp != 0 && rec.header.store_timestamp <= start_ts {
                 return f.start().max(min);
             }
         }

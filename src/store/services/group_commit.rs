@@ -121,7 +121,11 @@ impl MessageStore {
         gc.groups.fetch_add(1, Ordering::Relaxed);
         self.flushed_offset.fetch_max(target, Ordering::AcqRel);
         if timestamp > 0 {
-            self.checkpoint.update(|v| v.physic_msg_timestamp = v.physic_msg_timestamp.max(timestamp));
+            // Store times grow with offsets under the put lock, so every record stored before `timestamp` lies
+            // below `target`; one with the same millisecond may still follow it.
+            let covered = timestamp - 1;
+            self.flushed_timestamp.fetch_max(covered, Ordering::AcqRel);
+            self.checkpoint.update(|v| v.physic_msg_timestamp = v.physic_msg_timestamp.max(covered));
         }
         gc.notify();
         self.services().wakeup(super::reput::NAME);
