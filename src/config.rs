@@ -134,6 +134,113 @@ impl Default for ReadConfig {
     }
 }
 
+/// Expired-file cleanup settings (`MessageStoreConfig`; spec §14).
+#[derive(Debug, Clone)]
+pub struct CleanConfig {
+    /// `fileReservedTime`: hours a commitlog segment is kept after its last modification. Default 72.
+    pub file_reserved_time: i32,
+    /// `deleteWhen`: `;`-separated local hours (0-23) at which expired segments are deleted. Default "04".
+    pub delete_when: String,
+    /// `diskMaxUsedSpaceRatio`: percent of the disk in use above which expired segments are deleted at any
+    /// hour (clamped to 10..=95). Default 75.
+    pub disk_max_used_space_ratio: i32,
+    /// `diskSpaceWarningLevelRatio`: percent in use above which puts are refused (SERVICE_NOT_AVAILABLE)
+    /// and segments are deleted at once, expired or not (clamped to 35..=90). Default 90.
+    pub disk_space_warning_level_ratio: i32,
+    /// `diskSpaceCleanForciblyRatio`: percent in use above which segments are deleted at once, expired or
+    /// not (clamped to 30..=85). Default 85.
+    pub disk_space_clean_forcibly_ratio: i32,
+    /// `cleanFileForciblyEnable`: let the two ratios above delete segments that have not expired. Default true.
+    pub clean_file_forcibly_enable: bool,
+    /// `deleteCommitLogFilesInterval`: pause in ms between two deleted segments. Default 100.
+    pub delete_commit_log_files_interval: u64,
+    /// `deleteConsumeQueueFilesInterval`: pause in ms after a consume queue that deleted files. Default 100.
+    pub delete_consume_queue_files_interval: u64,
+    /// `destroyMapedFileIntervalForcibly`: how long RocketMQ waits for readers of a deleted file (ms). rmq
+    /// unlinks at once and a reader's mapping lives on until it is dropped, so nothing waits. Default 120 000.
+    pub destroy_mapped_file_interval_forcibly: u64,
+    /// `deleteFileBatchMax`: most segments deleted per run. Default 10.
+    pub delete_file_batch_max: u32,
+    /// `cleanResourceInterval`: ms between two cleanup runs. Default 10 000.
+    pub clean_resource_interval: u64,
+    /// `redeleteHangedFileInterval`: RocketMQ's retry of a file whose destroy waited on readers (ms). rmq never
+    /// leaves such a file behind. Default 120 000.
+    pub redelete_hanged_file_interval: u64,
+    /// Delay in ms before the first cleanup run after the store opens (RocketMQ's fixed 60 s). Default 60 000.
+    pub clean_service_initial_delay: u64,
+}
+
+impl Default for CleanConfig {
+    fn default() -> Self {
+        CleanConfig {
+            file_reserved_time: 72,
+            delete_when: "04".to_owned(),
+            disk_max_used_space_ratio: 75,
+            disk_space_warning_level_ratio: 90,
+            disk_space_clean_forcibly_ratio: 85,
+            clean_file_forcibly_enable: true,
+            delete_commit_log_files_interval: 100,
+            delete_consume_queue_files_interval: 100,
+            destroy_mapped_file_interval_forcibly: 120_000,
+            delete_file_batch_max: 10,
+            clean_resource_interval: 10_000,
+            redelete_hanged_file_interval: 120_000,
+            clean_service_initial_delay: 60_000,
+        }
+    }
+}
+
+impl CleanConfig {
+    /// `deleteWhen`'s hours (`UtilAll.isItTimeToDo` parses each with `Integer.parseInt`).
+    pub fn delete_hours(&self) -> Result<Vec<i32>> {
+        self.delete_when
+            .split(';')
+            .map(|w| {
+                w.parse::<i32>().map_err(|_| {
+                    Error::InvalidConfig(format!(
+                        "delete_when must be hours separated by ';' (e.g. \"04\" or \"04;16\"), got {:?}",
+                        self.delete_when
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The warning ratio as a fraction, clamped as `getDiskSpaceWarningLevelRatio` clamps it: [0.35, 0.90].
+    pub fn warning_ratio(&self) -> f64 {
+        (f64::from(self.disk_space_warning_level_ratio) / 100.0).clamp(0.35, 0.90)
+    }
+
+    /// The forced-cleaning ratio as a fraction, clamped as `getDiskSpaceCleanForciblyRatio`: [0.30, 0.85].
+    pub fn forcibly_ratio(&self) -> f64 {
+        (f64::from(self.disk_space_clean_forcibly_ratio) / 100.0).clamp(0.30, 0.85)
+    }
+
+    /// The max-used ratio as a fraction, clamped as `getDiskMaxUsedSpaceRatio`: [10, 95] percent.
+    pub fn max_used_ratio(&self) -> f64 {
+        f64::from(self.disk_max_used_space_ratio.clamp(10, 95)) / 100.0
+    }
+
+    /// The reserved time in ms (`fileReservedTime * 60 * 60 * 1000`, in Java's long arithmetic).
+    pub fn reserved_ms(&self) -> i64 {
+        i64::from(self.file_reserved_time) * 3_600_000
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.delete_hours()?;
+        if self.file_reserved_time < 0 {
+            return Err(Error::InvalidConfig(format!(
+                "file_reserved_time must be 0 or more hours, got {}",
+                self.file_reserved_time
+            )));
+        }
+        if self.clean_resource_interval == 0 {
+            return Err(Error::InvalidConfig("clean_resource_interval must be at least 1 ms".into()));
+        }
+        Ok(())
+    }
+}
+
 /// The whole configuration of a store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -151,6 +258,8 @@ pub struct StoreConfig {
     pub message_delay_level: String,
     /// Read-path (`getMessage`) settings.
     pub read: ReadConfig,
+    /// Expired-file cleanup (`CleanCommitLogService`, `CleanConsumeQueueService`).
+    pub clean: CleanConfig,
 }
 
 impl Default for StoreConfig {
@@ -163,6 +272,7 @@ impl Default for StoreConfig {
             message_index_enable: true,
             message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
             read: ReadConfig::default(),
+            clean: CleanConfig::default(),
         }
     }
 }
@@ -195,6 +305,7 @@ impl StoreConfig {
             )));
         }
         self.index.validate()?;
+        self.clean.validate()?;
         if let Some(name) = &self.broker.broker_cluster_name {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }

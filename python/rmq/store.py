@@ -72,6 +72,33 @@ class StoreConfig:
     broker_role: BrokerRole = "ASYNC_MASTER"
     #: `offsetCheckInSlave`: let a slave correct offsets too.
     offset_check_in_slave: bool = False
+    # Expired-file cleanup (README "Retention").
+    #: `fileReservedTime`: hours a commitlog segment is kept after its last modification.
+    file_reserved_time: int = 72
+    #: `deleteWhen`: `;`-separated local hours at which expired segments are deleted.
+    delete_when: str = "04"
+    #: `diskMaxUsedSpaceRatio`: percent of the disk in use above which expired segments go at any hour.
+    disk_max_used_space_ratio: int = 75
+    #: `diskSpaceWarningLevelRatio`: percent in use above which puts are refused and segments go at once.
+    disk_space_warning_level_ratio: int = 90
+    #: `diskSpaceCleanForciblyRatio`: percent in use above which segments go at once, expired or not.
+    disk_space_clean_forcibly_ratio: int = 85
+    #: `cleanFileForciblyEnable`: let the two ratios above delete segments that have not expired.
+    clean_file_forcibly_enable: bool = True
+    #: `deleteCommitLogFilesInterval`: ms between two deleted segments.
+    delete_commit_log_files_interval: int = 100
+    #: `deleteConsumeQueueFilesInterval`: ms after a consume queue that deleted files.
+    delete_consume_queue_files_interval: int = 100
+    #: `destroyMapedFileIntervalForcibly`: accepted; rmq never waits for readers of a deleted file.
+    destroy_mapped_file_interval_forcibly: int = 120_000
+    #: `deleteFileBatchMax`: most segments deleted per run.
+    delete_file_batch_max: int = 10
+    #: `cleanResourceInterval`: ms between two cleanup runs.
+    clean_resource_interval: int = 10_000
+    #: `redeleteHangedFileInterval`: accepted; rmq never leaves a half-deleted file behind.
+    redelete_hanged_file_interval: int = 120_000
+    #: ms before the first cleanup run after opening (RocketMQ's fixed 60 s).
+    clean_service_initial_delay: int = 60_000
 
     @classmethod
     def from_files(cls, path: str | os.PathLike[str], **overrides: Any) -> StoreConfig:

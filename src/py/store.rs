@@ -126,6 +126,24 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
                     }
                 }
             }
+            // Expired-file cleanup (`CleanConfig`).
+            "file_reserved_time" => c.clean.file_reserved_time = int_setting(&key, v)?,
+            "delete_when" => c.clean.delete_when = str_setting(&key, v)?,
+            "disk_max_used_space_ratio" => c.clean.disk_max_used_space_ratio = int_setting(&key, v)?,
+            "disk_space_warning_level_ratio" => c.clean.disk_space_warning_level_ratio = int_setting(&key, v)?,
+            "disk_space_clean_forcibly_ratio" => c.clean.disk_space_clean_forcibly_ratio = int_setting(&key, v)?,
+            "clean_file_forcibly_enable" => c.clean.clean_file_forcibly_enable = bool_setting(&key, v)?,
+            "delete_commit_log_files_interval" => c.clean.delete_commit_log_files_interval = int_setting(&key, v)?,
+            "delete_consume_queue_files_interval" => {
+                c.clean.delete_consume_queue_files_interval = int_setting(&key, v)?
+            }
+            "destroy_mapped_file_interval_forcibly" => {
+                c.clean.destroy_mapped_file_interval_forcibly = int_setting(&key, v)?
+            }
+            "delete_file_batch_max" => c.clean.delete_file_batch_max = int_setting(&key, v)?,
+            "clean_resource_interval" => c.clean.clean_resource_interval = int_setting(&key, v)?,
+            "redelete_hanged_file_interval" => c.clean.redelete_hanged_file_interval = int_setting(&key, v)?,
+            "clean_service_initial_delay" => c.clean.clean_service_initial_delay = int_setting(&key, v)?,
             other => return Err(to_py(Error::InvalidConfig(format!("unknown setting {other:?}")))),
         }
     }
@@ -336,6 +354,41 @@ impl MessageStore {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
         py.detach(|| inner.close()).map_err(to_py)
+    }
+
+    /// RocketMQ's `executeDeleteFilesManually`: the next 20 runs of the cleanup service delete expired
+    /// commitlog segments whatever the hour (`delete_when`); returns at once.
+    fn delete_expired_files(&self) -> PyResult<()> {
+        self.inner.delete_expired_files().map_err(to_py)
+    }
+
+    /// One cleanup run now, as a manual run, waiting for it: expired commitlog segments (never the last one)
+    /// and the consume-queue and index files wholly below the new minimum. Returns what it deleted.
+    fn delete_expired_files_now<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let r = py.detach(|| inner.delete_expired_files_now()).map_err(to_py)?;
+        let paths = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+        let d = PyDict::new(py);
+        d.set_item("commitlog", paths(&r.commitlog))?;
+        d.set_item("consume_queue", paths(&r.consume_queue))?;
+        d.set_item("index", paths(&r.index))?;
+        d.set_item("min_offset", r.min_offset)?;
+        d.set_item("disk_used_ratio", r.disk_used_ratio)?;
+        let reasons = [
+            ("time", r.reasons.time),
+            ("space", r.reasons.space),
+            ("immediately", r.reasons.immediately),
+            ("manual", r.reasons.manual),
+        ];
+        d.set_item("reasons", reasons.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>())?;
+        Ok(d)
+    }
+
+    /// Whether puts are refused because the disk is over `disk_space_warning_level_ratio` (RocketMQ's
+    /// DISK_FULL flag, set and cleared by the cleanup runs).
+    #[getter]
+    fn disk_full(&self) -> bool {
+        self.inner.is_disk_full()
     }
 
     /// The checkpoint's values (spec §8.1) as the store holds them.

@@ -1,6 +1,7 @@
 //! `MessageStore`: the write path (checks, properties as a broker builds them, queue offsets, append, flush)
 //! and the read path by physical offset, over one store directory.
 
+pub mod clean;
 pub mod dispatch;
 pub mod get;
 mod index_check;
@@ -150,6 +151,8 @@ pub struct MessageStore {
     issues: Mutex<IssueLog>,
     /// The background services (`services/`), started by `start_services`, stopped first by `close`.
     services: services::Services,
+    /// Expired-file cleanup state (`clean.rs`).
+    clean: clean::CleanState,
 }
 
 /// What opening did to the derived files.
@@ -330,6 +333,7 @@ impl MessageStore {
     /// Stores one message.
     pub fn put(&self, msg: &PutMessage<'_>) -> Result<PutResult> {
         self.check_writable()?;
+        self.check_disk_space()?;
         validate::check_topic(msg.topic)?;
         validate::check_message_fields(
             msg.sys_flag,
@@ -393,6 +397,7 @@ impl MessageStore {
         wait_store_msg_ok: bool,
     ) -> Result<PutResult> {
         self.check_writable()?;
+        self.check_disk_space()?;
         validate::check_topic(topic)?;
         validate::check_message_fields(sys_flag, queue_id, reconsume_times, 0)?;
         if items.is_empty() {

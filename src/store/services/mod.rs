@@ -20,6 +20,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::store::MessageStore;
 
+pub mod clean;
+
 /// One service's signal and counters (RocketMQ's `ServiceThread`: `wakeup`, `waitForRunning`, `shutdown`).
 #[derive(Debug)]
 pub struct ServiceThread {
@@ -242,6 +244,7 @@ impl MessageStore {
         if self.services.started.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        clean::spawn(self)?;
         Ok(())
     }
 
