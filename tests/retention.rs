@@ -376,6 +376,7 @@ fn the_service_keeps_a_bounded_store_while_writing() {
     let mut most = 0;
     let mut written_segments = 0;
     let mut i = 0usize;
+    let started = std::time::Instant::now();
     while written_segments < total {
         let mut m = PutMessage::new("TopicA", i as i32 % QUEUES, &body);
         let key = format!("k{i}");
@@ -396,6 +397,11 @@ fn the_service_keeps_a_bounded_store_while_writing() {
     store.stop_services();
     assert!(stats.iter().any(|s| s.name == "clean" && s.rounds > 0 && s.errors == 0), "{stats:?}");
     let (deleted, deleted_cq) = store.deleted_file_counts();
+    eprintln!(
+        "retention: {total} segments of 64 KiB written in {:.1} s, at most {most} kept, {deleted} deleted, \
+         {deleted_cq} consume-queue files deleted",
+        started.elapsed().as_secs_f64()
+    );
     assert!(most <= total / 3, "kept at most {most} of {total} segments");
     assert!(deleted as usize >= total - total / 3, "deleted {deleted} of {total}");
     assert!(deleted_cq > 0);

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,9 @@ from typing import Any
 import pytest
 
 import rmq
+from rmq.consumer import PullConsumer, PullStatus
+from rmq.offsets import ConsumerOffsetManager
+from rmq.push import ConsumeContext, ConsumeStatus, PushConsumer
 
 SEG = 64 * 1024
 SMALL: dict[str, Any] = {
@@ -155,3 +160,36 @@ def test_a_real_small_disk_filled_past_the_ratios(tmpfs: Path) -> None:
         assert not store.disk_full and done["commitlog"] == []
         store.put("TopicA", b"accepted")
         assert store.get_min_offset_in_queue("TopicA", 0) > 0
+
+
+def test_a_consumer_behind_the_minimum_continues_from_it(tmp_path: Path) -> None:
+    """A group whose committed offset points into deleted files: the pull answers OFFSET_ILLEGAL with the new
+    min offset, and a push consumer moves there (committing it) and consumes everything from it, as
+    RocketMQ's client does on PULL_OFFSET_MOVED."""
+    with rmq.MessageStore(tmp_path / "s", cfg(file_reserved_time=0, delete_file_batch_max=3)) as store:
+        fill(store, 200)
+        offsets = ConsumerOffsetManager(tmp_path / "o.json")
+        for q in (0, 1):
+            offsets.commit_offset("G", "TopicA", q, 1)
+        store.delete_expired_files_now()
+        mins = {q: store.get_min_offset_in_queue("TopicA", q) for q in (0, 1)}
+        maxs = {q: store.get_max_offset_in_queue("TopicA", q) for q in (0, 1)}
+        assert all(m > 1 for m in mins.values()), mins
+        r = PullConsumer(store, "P").pull(("TopicA", 0), 1, 32)
+        assert (r.status, r.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, mins[0])
+        seen: dict[int, list[int]] = {0: [], 1: []}
+        lock = threading.Lock()
+
+        def listener(msgs: list[rmq.MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            with lock:
+                seen[ctx.queue.queue_id].extend(m.queue_offset for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        with PushConsumer(store, "G", "TopicA", listener, offsets=offsets):
+            deadline = time.monotonic() + 30
+            while any(len(seen[q]) < maxs[q] - mins[q] for q in (0, 1)):
+                assert time.monotonic() < deadline, f"consumed {seen}"
+                time.sleep(0.01)
+        for q in (0, 1):
+            assert sorted(seen[q]) == list(range(mins[q], maxs[q])), q
+            assert offsets.query_offset("G", "TopicA", q) == maxs[q]

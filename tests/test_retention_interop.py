@@ -11,8 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import rmq
 from test_interop import CONFIG, LONG_TOPIC, Run, answer_probes, java, java_stores, rmq_answers, write_matrix
+
+import rmq
 
 __all__ = ["java", "java_stores"]  # fixtures used by name
 
