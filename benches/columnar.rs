@@ -17,7 +17,7 @@ fn columnar(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = StoreConfig::default();
     cfg.commit_log.mapped_file_size_commit_log = 256 * 1024 * 1024;
-    cfg.message_index_enable = false;
+    cfg.dispatch.message_index_enable = false;
     let store = MessageStore::open(tmp.path(), cfg).unwrap();
     let body = [b'x'; 100];
     let keys: Vec<String> = (0..500).map(|i| format!("order-{i} customer-{}", i % 97)).collect();

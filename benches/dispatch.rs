@@ -47,7 +47,7 @@ fn cq_append(c: &mut Criterion) {
 fn build_store(root: &Path) -> MessageStore {
     let mut cfg = StoreConfig::default();
     cfg.commit_log.mapped_file_size_commit_log = 256 * 1024 * 1024;
-    cfg.message_index_enable = false; // the bench builds its own derived files
+    cfg.dispatch.message_index_enable = false; // the bench builds its own derived files
     let store = MessageStore::open(root, cfg).unwrap();
     let body = [b'x'; 100];
     let keys: Vec<String> = (0..MESSAGES).map(|i| format!("order-{i} user-{}", i % 9973)).collect();

@@ -17,7 +17,7 @@ fn get_message(c: &mut Criterion) {
     let mut cfg = StoreConfig::default();
     cfg.commit_log.mapped_file_size_commit_log = 256 * 1024 * 1024;
     cfg.consume_queue.mapped_file_size_consume_queue = 20 * 100_000;
-    cfg.message_index_enable = false;
+    cfg.dispatch.message_index_enable = false;
     let store = MessageStore::open(tmp.path(), cfg).unwrap();
     let body = [b'x'; 100];
     let items: Vec<BatchItem<'_>> =

@@ -16,72 +16,6 @@ pub enum FlushDiskType {
     SyncFlush,
 }
 
-/// Commitlog settings (`MessageStoreConfig`).
-#[derive(Debug, Clone)]
-pub struct CommitLogConfig {
-    /// `mappedFileSizeCommitLog`: bytes per segment file. Default 1 073 741 824 (1 GiB).
-    pub mapped_file_size_commit_log: u64,
-    /// `maxMessageSize`: largest body in bytes; the whole record may be 64 KiB larger. Default 4 194 304.
-    pub max_message_size: i32,
-    /// `enabledAppendPropCRC`: append a `__CRC32#` property holding a CRC of the whole record. Default false.
-    pub enabled_append_prop_crc: bool,
-    /// `forceVerifyPropCRC`: on recovery verify the property CRC instead of the body CRC. Default false.
-    pub force_verify_prop_crc: bool,
-    /// `autoMessageVersionOnTopicLen`: write v2 records (2-byte topic length) for topics over 127 chars. Default true.
-    pub auto_message_version_on_topic_len: bool,
-    /// `checkCRCOnRecover`: verify body CRCs while finding the end of the log on open. Default true.
-    pub check_crc_on_recover: bool,
-    /// `flushDiskType`. Default `AsyncFlush`.
-    pub flush_disk_type: FlushDiskType,
-}
-
-impl Default for CommitLogConfig {
-    fn default() -> Self {
-        CommitLogConfig {
-            mapped_file_size_commit_log: 1024 * 1024 * 1024,
-            max_message_size: 4 * 1024 * 1024,
-            enabled_append_prop_crc: false,
-            force_verify_prop_crc: false,
-            auto_message_version_on_topic_len: true,
-            check_crc_on_recover: true,
-            flush_disk_type: FlushDiskType::AsyncFlush,
-        }
-    }
-}
-
-/// Broker identity written into records (`BrokerConfig`).
-#[derive(Debug, Clone)]
-pub struct BrokerConfig {
-    /// `brokerIP1:listenPort`: the store host of every record (and of offsetMsgId). Default 127.0.0.1:10911.
-    pub store_host: SocketAddr,
-    /// `brokerClusterName`: stored as the `CLUSTER` property of single puts, as a broker does.
-    /// `None` leaves the property out. Default "DefaultCluster".
-    pub broker_cluster_name: Option<String>,
-}
-
-impl Default for BrokerConfig {
-    fn default() -> Self {
-        BrokerConfig {
-            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
-            broker_cluster_name: Some("DefaultCluster".to_owned()),
-        }
-    }
-}
-
-/// Consume-queue settings.
-#[derive(Debug, Clone)]
-pub struct ConsumeQueueConfig {
-    /// `mappedFileSizeConsumeQueue`: bytes per consume-queue file, rounded up to a multiple of 20.
-    /// Default 6 000 000 (300 000 entries).
-    pub mapped_file_size_consume_queue: u64,
-}
-
-impl Default for ConsumeQueueConfig {
-    fn default() -> Self {
-        ConsumeQueueConfig { mapped_file_size_consume_queue: crate::consume_queue::DEFAULT_FILE_SIZE }
-    }
-}
-
 /// `brokerRole`: what the store serves as. Only the read path looks at it (`nextOffsetCorrection`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BrokerRole {
@@ -93,100 +27,342 @@ pub enum BrokerRole {
     Slave,
 }
 
-/// Read-path settings (`getMessage`, spec §13).
-#[derive(Debug, Clone)]
-pub struct ReadConfig {
-    /// `maxTransferBytesOnMessageInMemory`: byte cap of one pull when the data is hot. Default 262 144.
-    pub max_transfer_bytes_on_message_in_memory: u64,
-    /// `maxTransferCountOnMessageInMemory`: message cap of one pull when the data is hot. Default 32.
-    pub max_transfer_count_on_message_in_memory: u64,
-    /// `maxTransferBytesOnMessageInDisk`: byte cap of one pull when the data is cold. Default 65 536.
-    pub max_transfer_bytes_on_message_in_disk: u64,
-    /// `maxTransferCountOnMessageInDisk`: message cap of one pull when the data is cold. Default 8.
-    pub max_transfer_count_on_message_in_disk: u64,
-    /// `accessMessageInMemoryMaxRatio`: data within this percentage of physical memory from the end of the
-    /// commitlog counts as hot. Default 40.
-    pub access_message_in_memory_max_ratio: u32,
-    /// `maxFilterMessageSize`: consume-queue bytes one pull may scan past its offset (at least 20 × max
-    /// messages). Default 16 000.
-    pub max_filter_message_size: u64,
-    /// `travelCqFileNumWhenGetMessage`: consume-queue files one pull may scan while nothing matched. Default 1.
-    pub travel_cq_file_num_when_get_message: u32,
-    /// `brokerRole`. Default `AsyncMaster`.
-    pub broker_role: BrokerRole,
-    /// `offsetCheckInSlave`: let a slave correct offsets too. Default false.
-    pub offset_check_in_slave: bool,
+/// A setting's value as bindings and property files see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Int(i128),
+    Bool(bool),
+    Str(String),
+    /// No value (an optional setting left out).
+    Null,
 }
 
-impl Default for ReadConfig {
-    fn default() -> Self {
-        ReadConfig {
-            max_transfer_bytes_on_message_in_memory: 256 * 1024,
-            max_transfer_count_on_message_in_memory: 32,
-            max_transfer_bytes_on_message_in_disk: 64 * 1024,
-            max_transfer_count_on_message_in_disk: 8,
-            access_message_in_memory_max_ratio: 40,
-            max_filter_message_size: 16_000,
-            travel_cq_file_num_when_get_message: 1,
-            broker_role: BrokerRole::AsyncMaster,
-            offset_check_in_slave: false,
+/// The type of a setting, for bindings and property files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An integer in `[min, max]`.
+    Int {
+        min: i128,
+        max: i128,
+    },
+    Bool,
+    Str,
+    /// A string or nothing.
+    OptionalStr,
+    /// One of these names.
+    Choice(&'static [&'static str]),
+}
+
+/// A Rust type a setting can have: how it converts to and from a [`Value`].
+pub trait SettingType: Sized {
+    /// The setting's kind.
+    const KIND: Kind;
+    /// The value as bindings see it.
+    fn to_value(&self) -> Value;
+    /// Parses a value; the error says what was wrong (the caller names the setting).
+    fn from_value(v: Value) -> std::result::Result<Self, String>;
+}
+
+macro_rules! int_setting_type {
+    ($($t:ty),*) => {$(
+        impl SettingType for $t {
+            const KIND: Kind = Kind::Int { min: <$t>::MIN as i128, max: <$t>::MAX as i128 };
+            fn to_value(&self) -> Value {
+                Value::Int(*self as i128)
+            }
+            fn from_value(v: Value) -> std::result::Result<Self, String> {
+                match v {
+                    Value::Int(n) => <$t>::try_from(n).map_err(|_| format!("{n} is out of range")),
+                    other => Err(format!("must be an int, got {other:?}")),
+                }
+            }
+        }
+    )*};
+}
+int_setting_type!(u32, u64, i32, i64, usize);
+
+impl SettingType for bool {
+    const KIND: Kind = Kind::Bool;
+    fn to_value(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Bool(b) => Ok(b),
+            other => Err(format!("must be a bool, got {other:?}")),
         }
     }
 }
 
-/// Expired-file cleanup settings (`MessageStoreConfig`; spec §14).
-#[derive(Debug, Clone)]
-pub struct CleanConfig {
-    /// `fileReservedTime`: hours a commitlog segment is kept after its last modification. Default 72.
-    pub file_reserved_time: i32,
-    /// `deleteWhen`: `;`-separated local hours (0-23) at which expired segments are deleted. Default "04".
-    pub delete_when: String,
-    /// `diskMaxUsedSpaceRatio`: percent of the disk in use above which expired segments are deleted at any
-    /// hour (clamped to 10..=95). Default 75.
-    pub disk_max_used_space_ratio: i32,
-    /// `diskSpaceWarningLevelRatio`: percent in use above which puts are refused (SERVICE_NOT_AVAILABLE)
-    /// and segments are deleted at once, expired or not (clamped to 35..=90). Default 90.
-    pub disk_space_warning_level_ratio: i32,
-    /// `diskSpaceCleanForciblyRatio`: percent in use above which segments are deleted at once, expired or
-    /// not (clamped to 30..=85). Default 85.
-    pub disk_space_clean_forcibly_ratio: i32,
-    /// `cleanFileForciblyEnable`: let the two ratios above delete segments that have not expired. Default true.
-    pub clean_file_forcibly_enable: bool,
-    /// `deleteCommitLogFilesInterval`: pause in ms between two deleted segments. Default 100.
-    pub delete_commit_log_files_interval: u64,
-    /// `deleteConsumeQueueFilesInterval`: pause in ms after a consume queue that deleted files. Default 100.
-    pub delete_consume_queue_files_interval: u64,
-    /// `destroyMapedFileIntervalForcibly`: how long RocketMQ waits for readers of a deleted file (ms). rmq
-    /// unlinks at once and a reader's mapping lives on until it is dropped, so nothing waits. Default 120 000.
-    pub destroy_mapped_file_interval_forcibly: u64,
-    /// `deleteFileBatchMax`: most segments deleted per run. Default 10.
-    pub delete_file_batch_max: u32,
-    /// `cleanResourceInterval`: ms between two cleanup runs. Default 10 000.
-    pub clean_resource_interval: u64,
-    /// `redeleteHangedFileInterval`: RocketMQ's retry of a file whose destroy waited on readers (ms). rmq never
-    /// leaves such a file behind. Default 120 000.
-    pub redelete_hanged_file_interval: u64,
-    /// Delay in ms before the first cleanup run after the store opens (RocketMQ's fixed 60 s). Default 60 000.
-    pub clean_service_initial_delay: u64,
+impl SettingType for String {
+    const KIND: Kind = Kind::Str;
+    fn to_value(&self) -> Value {
+        Value::Str(self.clone())
+    }
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Str(s) => Ok(s),
+            other => Err(format!("must be a str, got {other:?}")),
+        }
+    }
 }
 
-impl Default for CleanConfig {
-    fn default() -> Self {
-        CleanConfig {
-            file_reserved_time: 72,
-            delete_when: "04".to_owned(),
-            disk_max_used_space_ratio: 75,
-            disk_space_warning_level_ratio: 90,
-            disk_space_clean_forcibly_ratio: 85,
-            clean_file_forcibly_enable: true,
-            delete_commit_log_files_interval: 100,
-            delete_consume_queue_files_interval: 100,
-            destroy_mapped_file_interval_forcibly: 120_000,
-            delete_file_batch_max: 10,
-            clean_resource_interval: 10_000,
-            redelete_hanged_file_interval: 120_000,
-            clean_service_initial_delay: 60_000,
+impl SettingType for Option<String> {
+    const KIND: Kind = Kind::OptionalStr;
+    fn to_value(&self) -> Value {
+        self.clone().map_or(Value::Null, Value::Str)
+    }
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Str(s) => Ok(Some(s)),
+            Value::Null => Ok(None),
+            other => Err(format!("must be a str or None, got {other:?}")),
         }
+    }
+}
+
+impl SettingType for SocketAddr {
+    const KIND: Kind = Kind::Str;
+    fn to_value(&self) -> Value {
+        Value::Str(self.to_string())
+    }
+    fn from_value(v: Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Str(s) => s.parse().map_err(|_| format!("{s:?} is not an ip:port address")),
+            other => Err(format!("must be a str, got {other:?}")),
+        }
+    }
+}
+
+macro_rules! choice_setting_type {
+    ($t:ty { $($variant:ident = $name:literal),* $(,)? }) => {
+        impl SettingType for $t {
+            const KIND: Kind = Kind::Choice(&[$($name),*]);
+            fn to_value(&self) -> Value {
+                Value::Str(match self { $(<$t>::$variant => $name),* }.to_owned())
+            }
+            fn from_value(v: Value) -> std::result::Result<Self, String> {
+                match v {
+                    $(Value::Str(s) if s == $name => Ok(<$t>::$variant),)*
+                    other => Err(format!("must be one of {}, got {other:?}", [$($name),*].join(", "))),
+                }
+            }
+        }
+    };
+}
+choice_setting_type!(FlushDiskType { AsyncFlush = "ASYNC_FLUSH", SyncFlush = "SYNC_FLUSH" });
+choice_setting_type!(BrokerRole { AsyncMaster = "ASYNC_MASTER", SyncMaster = "SYNC_MASTER", Slave = "SLAVE" });
+
+/// One setting of [`SETTINGS`].
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The name in snake case (the Python keyword).
+    pub name: &'static str,
+    /// RocketMQ's name (`MessageStoreConfig` / `BrokerConfig`, as in `broker.conf`).
+    pub java_name: &'static str,
+    /// What it does.
+    pub doc: &'static str,
+    pub kind: Kind,
+    get: fn(&StoreConfig) -> Value,
+    set: fn(&mut StoreConfig, Value) -> std::result::Result<(), String>,
+}
+
+impl Setting {
+    /// The setting's value in `config`.
+    pub fn get(&self, config: &StoreConfig) -> Value {
+        (self.get)(config)
+    }
+
+    /// Sets the setting in `config`; a value of the wrong type or range is [`Error::InvalidConfig`].
+    pub fn set(&self, config: &mut StoreConfig, value: Value) -> Result<()> {
+        (self.set)(config, value).map_err(|why| Error::InvalidConfig(format!("{} {why}", self.name)))
+    }
+
+    /// Sets the setting from its text in a property file, read as RocketMQ reads `broker.conf`
+    /// (`MixAll.properties2Object`: numbers trimmed and parsed, booleans `true` in any case, text as is).
+    pub fn set_text(&self, config: &mut StoreConfig, text: &str) -> Result<()> {
+        let bad = || Error::InvalidConfig(format!("{}={text:?} is not a valid {}", self.java_name, self.name));
+        let value = match self.kind {
+            Kind::Int { .. } => Value::Int(text.trim().parse().map_err(|_| bad())?),
+            Kind::Bool => Value::Bool(text.trim().eq_ignore_ascii_case("true")),
+            Kind::Str | Kind::OptionalStr | Kind::Choice(_) => Value::Str(text.to_owned()),
+        };
+        (self.set)(config, value).map_err(|_| bad())
+    }
+}
+
+/// Declares the setting groups: each field once, with its RocketMQ name, type, default and doc. The
+/// structs, their `Default`, and [`SETTINGS`] (what bindings and property files go through) all come from
+/// here, so a setting cannot exist in one and not the others.
+macro_rules! settings {
+    ($(
+        $(#[$smeta:meta])*
+        pub struct $group:ident in $path:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                $field:ident ($java:literal): $ty:ty = $default:expr,
+            )*
+        }
+    )*) => {
+        $(
+            $(#[$smeta])*
+            pub struct $group {
+                $(
+                    #[doc = concat!("`", $java, "`", $(" ", $doc),*)]
+                    #[doc = ""]
+                    #[doc = concat!("Default: `", stringify!($default), "`.")]
+                    pub $field: $ty,
+                )*
+            }
+
+            impl Default for $group {
+                fn default() -> Self {
+                    $group { $($field: $default),* }
+                }
+            }
+        )*
+
+        /// Every setting, in declaration order (the order Python's `StoreConfig` keeps).
+        pub static SETTINGS: &[Setting] = &[
+            $($(
+                Setting {
+                    name: stringify!($field),
+                    java_name: $java,
+                    doc: concat!($($doc, "\n"),*),
+                    kind: <$ty as SettingType>::KIND,
+                    get: |c| SettingType::to_value(&c.$path.$field),
+                    set: |c, v| {
+                        c.$path.$field = <$ty as SettingType>::from_value(v)?;
+                        Ok(())
+                    },
+                },
+            )*)*
+        ];
+    };
+}
+
+settings! {
+    /// Commitlog settings (`MessageStoreConfig`).
+    #[derive(Debug, Clone)]
+    pub struct CommitLogConfig in commit_log {
+        /// Bytes per commitlog segment file.
+        mapped_file_size_commit_log ("mappedFileSizeCommitLog"): u64 = 1024 * 1024 * 1024,
+        /// Largest body in bytes; the whole record may be 64 KiB larger. Re-read on every put.
+        max_message_size ("maxMessageSize"): i32 = 4 * 1024 * 1024,
+        /// Append a `__CRC32#` property holding a CRC of the whole record.
+        enabled_append_prop_crc ("enabledAppendPropCRC"): bool = false,
+        /// When validating on open, check the property CRC instead of the body CRC.
+        force_verify_prop_crc ("forceVerifyPropCRC"): bool = false,
+        /// Write v2 records (2-byte topic length) for topics over 127 characters.
+        auto_message_version_on_topic_len ("autoMessageVersionOnTopicLen"): bool = true,
+        /// Verify body CRCs while finding the end of the log on open.
+        check_crc_on_recover ("checkCRCOnRecover"): bool = true,
+        /// ASYNC_FLUSH returns once data is in the page cache (survives a process crash); SYNC_FLUSH returns
+        /// once the put's bytes are flushed to disk.
+        flush_disk_type ("flushDiskType"): FlushDiskType = FlushDiskType::AsyncFlush,
+    }
+
+    /// Broker identity written into records (`BrokerConfig`).
+    #[derive(Debug, Clone)]
+    pub struct BrokerConfig in broker {
+        /// `brokerIP1:listenPort`: the store host written into every record and message id.
+        store_host ("storeHost"): SocketAddr = SocketAddr::from(([127, 0, 0, 1], 10911)),
+        /// `brokerClusterName`: stored as the CLUSTER property of single puts, as a broker does (None: omit).
+        broker_cluster_name ("brokerClusterName"): Option<String> = Some("DefaultCluster".to_owned()),
+    }
+
+    /// Consume-queue settings.
+    #[derive(Debug, Clone)]
+    pub struct ConsumeQueueConfig in consume_queue {
+        /// Bytes per consume-queue file (rounded up to whole 20-byte entries).
+        mapped_file_size_consume_queue ("mappedFileSizeConsumeQueue"): u64 = crate::consume_queue::DEFAULT_FILE_SIZE,
+    }
+
+    /// Index settings (`MessageStoreConfig`). Readers must use the values the files were written with.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct IndexConfig in index {
+        /// Hash slots per index file.
+        max_hash_slot_num ("maxHashSlotNum"): u32 = 5_000_000,
+        /// Entry numbers per index file; a file holds one fewer keys.
+        max_index_num ("maxIndexNum"): u32 = 20_000_000,
+        /// The most messages one key query returns.
+        max_msgs_num_batch ("maxMsgsNumBatch"): usize = 64,
+    }
+
+    /// What dispatch builds from each record.
+    #[derive(Debug, Clone)]
+    pub struct DispatchConfig in dispatch {
+        /// Build the key index.
+        message_index_enable ("messageIndexEnable"): bool = true,
+        /// Delay levels; the tagsCode of SCHEDULE_TOPIC_XXXX entries is the delivery time.
+        message_delay_level ("messageDelayLevel"): String = crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
+    }
+
+    /// Read-path settings (`getMessage`, spec §13).
+    #[derive(Debug, Clone)]
+    pub struct ReadConfig in read {
+        /// Byte cap of one `get_message` when its data is hot.
+        max_transfer_bytes_on_message_in_memory ("maxTransferBytesOnMessageInMemory"): u64 = 256 * 1024,
+        /// Message cap of one `get_message` when its data is hot.
+        max_transfer_count_on_message_in_memory ("maxTransferCountOnMessageInMemory"): u64 = 32,
+        /// Byte cap of one `get_message` when its data is cold.
+        max_transfer_bytes_on_message_in_disk ("maxTransferBytesOnMessageInDisk"): u64 = 64 * 1024,
+        /// Message cap of one `get_message` when its data is cold.
+        max_transfer_count_on_message_in_disk ("maxTransferCountOnMessageInDisk"): u64 = 8,
+        /// Data within this percentage of physical memory from the end of the commitlog counts as hot.
+        access_message_in_memory_max_ratio ("accessMessageInMemoryMaxRatio"): u32 = 40,
+        /// Consume-queue bytes one `get_message` may scan (at least 20 x max messages).
+        max_filter_message_size ("maxFilterMessageSize"): u64 = 16_000,
+        /// Consume-queue files one `get_message` may scan while nothing matched.
+        travel_cq_file_num_when_get_message ("travelCqFileNumWhenGetMessage"): u32 = 1,
+        /// A SLAVE never moves a reader's offset on error statuses (unless `offset_check_in_slave`).
+        broker_role ("brokerRole"): BrokerRole = BrokerRole::AsyncMaster,
+        /// Let a slave correct offsets too.
+        offset_check_in_slave ("offsetCheckInSlave"): bool = false,
+    }
+
+    /// Expired-file cleanup (`CleanCommitLogService`, `CleanConsumeQueueService`; spec §14).
+    #[derive(Debug, Clone)]
+    pub struct CleanConfig in clean {
+        /// Hours a commitlog segment is kept after its last modification.
+        file_reserved_time ("fileReservedTime"): i32 = 72,
+        /// `;`-separated local hours (0-23) at which expired segments are deleted.
+        delete_when ("deleteWhen"): String = "04".to_owned(),
+        /// Percent of the disk in use above which expired segments are deleted at any hour (clamped to 10-95).
+        disk_max_used_space_ratio ("diskMaxUsedSpaceRatio"): i32 = 75,
+        /// Percent in use above which puts are refused (SERVICE_NOT_AVAILABLE) and segments are deleted at
+        /// once, expired or not (clamped to 35-90).
+        disk_space_warning_level_ratio ("diskSpaceWarningLevelRatio"): i32 = 90,
+        /// Percent in use above which segments are deleted at once, expired or not (clamped to 30-85).
+        disk_space_clean_forcibly_ratio ("diskSpaceCleanForciblyRatio"): i32 = 85,
+        /// Let the two ratios above delete segments that have not expired.
+        clean_file_forcibly_enable ("cleanFileForciblyEnable"): bool = true,
+        /// Pause in ms between two deleted segments.
+        delete_commit_log_files_interval ("deleteCommitLogFilesInterval"): u64 = 100,
+        /// Pause in ms after a consume queue that deleted files.
+        delete_consume_queue_files_interval ("deleteConsumeQueueFilesInterval"): u64 = 100,
+        /// How long RocketMQ waits for readers of a deleted file (ms). Accepted; rmq unlinks at once and a
+        /// reader's mapping keeps its bytes until dropped, so nothing waits.
+        destroy_mapped_file_interval_forcibly ("destroyMapedFileIntervalForcibly"): u64 = 120_000,
+        /// Most segments deleted per run.
+        delete_file_batch_max ("deleteFileBatchMax"): u32 = 10,
+        /// Ms between two cleanup runs.
+        clean_resource_interval ("cleanResourceInterval"): u64 = 10_000,
+        /// RocketMQ's retry (ms) of a file whose destroy waited on readers. Accepted; rmq never leaves one.
+        redelete_hanged_file_interval ("redeleteHangedFileInterval"): u64 = 120_000,
+    }
+}
+
+/// rmq's own timing of the services, not a RocketMQ setting (so not in [`SETTINGS`]); tests shorten it.
+#[derive(Debug, Clone)]
+pub struct ServiceTiming {
+    /// Ms before the first cleanup run after the services start (RocketMQ schedules it 60 s after start).
+    pub clean_initial_delay_ms: u64,
+}
+
+impl Default for ServiceTiming {
+    fn default() -> Self {
+        ServiceTiming { clean_initial_delay_ms: 60_000 }
     }
 }
 
@@ -241,8 +417,8 @@ impl CleanConfig {
     }
 }
 
-/// The whole configuration of a store.
-#[derive(Debug, Clone)]
+/// The whole configuration of a store: one group per subsystem (every setting is in [`SETTINGS`]).
+#[derive(Debug, Clone, Default)]
 pub struct StoreConfig {
     /// Commitlog settings.
     pub commit_log: CommitLogConfig,
@@ -250,30 +426,59 @@ pub struct StoreConfig {
     pub broker: BrokerConfig,
     /// Consume-queue settings.
     pub consume_queue: ConsumeQueueConfig,
-    /// Index file sizes (`maxHashSlotNum`, `maxIndexNum`) and the query cap (`maxMsgsNumBatch`).
-    pub index: crate::index::IndexConfig,
-    /// `messageIndexEnable`: build the key index. Default true.
-    pub message_index_enable: bool,
-    /// `messageDelayLevel`: delay levels of `SCHEDULE_TOPIC_XXXX` (their tagsCode is the delivery time).
-    pub message_delay_level: String,
+    /// Index file sizes and the query cap.
+    pub index: IndexConfig,
+    /// What dispatch builds.
+    pub dispatch: DispatchConfig,
     /// Read-path (`getMessage`) settings.
     pub read: ReadConfig,
-    /// Expired-file cleanup (`CleanCommitLogService`, `CleanConsumeQueueService`).
+    /// Expired-file cleanup.
     pub clean: CleanConfig,
+    /// rmq's own service timing (not a RocketMQ setting).
+    pub timing: ServiceTiming,
 }
 
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            commit_log: CommitLogConfig::default(),
-            broker: BrokerConfig::default(),
-            consume_queue: ConsumeQueueConfig::default(),
-            index: crate::index::IndexConfig::default(),
-            message_index_enable: true,
-            message_delay_level: crate::message::tags::DEFAULT_DELAY_LEVELS.to_owned(),
-            read: ReadConfig::default(),
-            clean: CleanConfig::default(),
+impl StoreConfig {
+    /// The setting named `name` (snake case), if there is one.
+    pub fn setting(name: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|s| s.name == name)
+    }
+
+    /// Sets `name` to `value`; an unknown name or a bad value is [`Error::InvalidConfig`].
+    pub fn set(&mut self, name: &str, value: Value) -> Result<()> {
+        Self::setting(name).ok_or_else(|| Error::InvalidConfig(format!("unknown setting {name:?}")))?.set(self, value)
+    }
+
+    /// Every setting's value, in [`SETTINGS`] order.
+    pub fn values(&self) -> Vec<(&'static str, Value)> {
+        SETTINGS.iter().map(|s| (s.name, s.get(self))).collect()
+    }
+
+    /// The configuration a RocketMQ `broker.conf` describes (`MixAll.properties2Object`): the defaults with
+    /// each property whose name is a setting's RocketMQ name set from its text; `brokerIP1` and `listenPort`
+    /// form `store_host`; other keys are ignored, as the broker ignores keys of other components.
+    pub fn from_properties<'a>(props: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut config = StoreConfig::default();
+        let (mut ip, mut port) = (None, None);
+        for (key, text) in props {
+            match key {
+                "brokerIP1" => ip = Some(text.trim().to_owned()),
+                "listenPort" => port = Some(text.trim().to_owned()),
+                _ => {
+                    if let Some(s) = SETTINGS.iter().find(|s| s.java_name == key && s.name != "store_host") {
+                        s.set_text(&mut config, text)?;
+                    }
+                }
+            }
         }
+        if ip.is_some() || port.is_some() {
+            let host = config.broker.store_host;
+            let ip = ip.unwrap_or_else(|| host.ip().to_string());
+            let port = port.unwrap_or_else(|| host.port().to_string());
+            let text = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+            config.broker.store_host = text.parse().map_err(|_| Error::InvalidHost(text))?;
+        }
+        Ok(config)
     }
 }
 
@@ -544,6 +749,29 @@ mod tests {
         file(dir, name, 40 + 4 * slots + 20 * entries);
         let f = std::fs::OpenOptions::new().write(true).open(dir.join(name)).expect("open");
         std::os::unix::fs::FileExt::write_all_at(&f, &index_count.to_be_bytes(), 36).expect("write");
+    }
+
+    #[test]
+    fn every_setting_reads_back_what_it_was_set_to_and_names_are_unique() {
+        let mut names = std::collections::HashSet::new();
+        let mut java = std::collections::HashSet::new();
+        for s in SETTINGS {
+            assert!(names.insert(s.name) && java.insert(s.java_name), "{} declared twice", s.name);
+            let mut c = StoreConfig::default();
+            let v = s.get(&c);
+            s.set(&mut c, v.clone()).expect("the default is valid");
+            assert_eq!(s.get(&c), v);
+            assert!(s.set(&mut c, Value::Null).is_err() || s.kind == Kind::OptionalStr, "{}", s.name);
+        }
+        let mut c = StoreConfig::default();
+        assert!(c.set("max_message_size", Value::Int(i128::from(i32::MAX) + 1)).is_err());
+        c.set("flush_disk_type", Value::Str("SYNC_FLUSH".into())).expect("set");
+        assert_eq!(c.commit_log.flush_disk_type, FlushDiskType::SyncFlush);
+        let props = [("maxMessageSize", " 99 "), ("brokerIP1", "10.0.0.1"), ("checkCRCOnRecover", "FALSE"), ("x", "y")];
+        let c = StoreConfig::from_properties(props).expect("props");
+        assert_eq!(c.commit_log.max_message_size, 99);
+        assert!(!c.commit_log.check_crc_on_recover);
+        assert_eq!(c.broker.store_host, "10.0.0.1:10911".parse().expect("addr"));
     }
 
     #[test]

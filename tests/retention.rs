@@ -359,7 +359,7 @@ fn the_service_keeps_a_bounded_store_while_writing() {
     c.consume_queue.mapped_file_size_consume_queue = 20 * 200;
     c.index.max_hash_slot_num = 512;
     c.index.max_index_num = 2048;
-    c.clean.clean_service_initial_delay = 0;
+    c.timing.clean_initial_delay_ms = 0;
     c.clean.clean_resource_interval = 100;
     c.clean.delete_when = "99".into(); // never the hour: only the disk probe or expiry through it
     let store = Arc::new(MessageStore::open(tmp.path(), c).unwrap());

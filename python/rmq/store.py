@@ -8,97 +8,78 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
 from rmq import _args, _native
-from rmq._native import ArgumentTypeError, InvalidConfigError
+from rmq._native import ArgumentTypeError
 from rmq.reput import ReputMessageService
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
 BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
 
 
+class Setting(NamedTuple):
+    """One store setting as the Rust core defines it (the one definition: `config::SETTINGS`)."""
+
+    name: str
+    #: RocketMQ's name (`MessageStoreConfig` / `BrokerConfig`, as in `broker.conf`).
+    java_name: str
+    #: "int", "bool", "str", "str?" (a str or None), or "choice:A|B|..." (one of those names).
+    kind: str
+    default: Any
+    doc: str
+
+
+#: Every setting, in the order of `StoreConfig`'s fields.
+SETTINGS: dict[str, Setting] = {s[0]: Setting(*s) for s in _native.config_settings()}
+
+
+def _default(name: str) -> Any:
+    return SETTINGS[name].default
+
+
 @dataclasses.dataclass(frozen=True)
 class StoreConfig:
     """Store settings: RocketMQ's `MessageStoreConfig` / `BrokerConfig` names in snake case, same defaults.
 
-    Sizes are in bytes.
+    A view of the Rust core's one table of settings (`rmq.store.SETTINGS` lists each with its RocketMQ name and
+    meaning; the fields, their order and defaults come from there, and a test pins this class to it). Sizes are
+    in bytes.
     """
 
-    #: `mappedFileSizeCommitLog`: bytes per commitlog segment file.
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    #: `maxMessageSize`: largest body; the whole record may be 64 KiB larger.
-    max_message_size: int = 4 * 1024 * 1024
-    #: `enabledAppendPropCRC`: append a `__CRC32#` property with a CRC of the whole record.
-    enabled_append_prop_crc: bool = False
-    #: `forceVerifyPropCRC`: when validating on open, check the property CRC instead of the body CRC.
-    force_verify_prop_crc: bool = False
-    #: `autoMessageVersionOnTopicLen`: v2 records (2-byte topic length) for topics over 127 characters.
-    auto_message_version_on_topic_len: bool = True
-    #: `checkCRCOnRecover`: verify body CRCs while finding the end of the log on open.
-    check_crc_on_recover: bool = True
-    #: `flushDiskType`: ASYNC_FLUSH returns once data is in the page cache (flushed by `flush()` and on
-    #: close; survives a process crash); SYNC_FLUSH flushes each put's bytes to disk before returning.
-    flush_disk_type: FlushDiskType = "ASYNC_FLUSH"
-    #: `brokerIP1:listenPort`: the store host written into every record and message id.
-    store_host: str = "127.0.0.1:10911"
-    #: `brokerClusterName`: stored as the CLUSTER property of single puts, as a broker does (None: omit).
-    broker_cluster_name: str | None = "DefaultCluster"
-    #: `mappedFileSizeConsumeQueue`: bytes per consume-queue file (rounded up to whole 20-byte entries).
-    mapped_file_size_consume_queue: int = 300_000 * 20
-    #: `maxHashSlotNum`: hash slots per index file. Index files must be read with the sizes they were written with.
-    max_hash_slot_num: int = 5_000_000
-    #: `maxIndexNum`: entries per index file (a file holds one fewer keys).
-    max_index_num: int = 20_000_000
-    #: `maxMsgsNumBatch`: the most messages one key query returns.
-    max_msgs_num_batch: int = 64
-    #: `messageIndexEnable`: build the key index.
-    message_index_enable: bool = True
-    #: `messageDelayLevel`: delay levels; the tagsCode of SCHEDULE_TOPIC_XXXX entries is the delivery time.
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    #: `maxTransferBytesOnMessageInMemory`: byte cap of one `get_message` when its data is hot.
-    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
-    #: `maxTransferCountOnMessageInMemory`: message cap of one `get_message` when its data is hot.
-    max_transfer_count_on_message_in_memory: int = 32
-    #: `maxTransferBytesOnMessageInDisk`: byte cap of one `get_message` when its data is cold.
-    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
-    #: `maxTransferCountOnMessageInDisk`: message cap of one `get_message` when its data is cold.
-    max_transfer_count_on_message_in_disk: int = 8
-    #: `accessMessageInMemoryMaxRatio`: data within this percentage of physical memory from the end of the
-    #: commitlog counts as hot.
-    access_message_in_memory_max_ratio: int = 40
-    #: `maxFilterMessageSize`: consume-queue bytes one `get_message` may scan (at least 20 x max messages).
-    max_filter_message_size: int = 16_000
-    #: `travelCqFileNumWhenGetMessage`: consume-queue files one `get_message` may scan while nothing matched.
-    travel_cq_file_num_when_get_message: int = 1
-    #: `brokerRole`: a SLAVE never moves a reader's offset on error statuses (unless `offset_check_in_slave`).
-    broker_role: BrokerRole = "ASYNC_MASTER"
-    #: `offsetCheckInSlave`: let a slave correct offsets too.
-    offset_check_in_slave: bool = False
-    # Expired-file cleanup (README "Retention").
-    #: `fileReservedTime`: hours a commitlog segment is kept after its last modification.
-    file_reserved_time: int = 72
-    #: `deleteWhen`: `;`-separated local hours at which expired segments are deleted.
-    delete_when: str = "04"
-    #: `diskMaxUsedSpaceRatio`: percent of the disk in use above which expired segments go at any hour.
-    disk_max_used_space_ratio: int = 75
-    #: `diskSpaceWarningLevelRatio`: percent in use above which puts are refused and segments go at once.
-    disk_space_warning_level_ratio: int = 90
-    #: `diskSpaceCleanForciblyRatio`: percent in use above which segments go at once, expired or not.
-    disk_space_clean_forcibly_ratio: int = 85
-    #: `cleanFileForciblyEnable`: let the two ratios above delete segments that have not expired.
-    clean_file_forcibly_enable: bool = True
-    #: `deleteCommitLogFilesInterval`: ms between two deleted segments.
-    delete_commit_log_files_interval: int = 100
-    #: `deleteConsumeQueueFilesInterval`: ms after a consume queue that deleted files.
-    delete_consume_queue_files_interval: int = 100
-    #: `destroyMapedFileIntervalForcibly`: accepted; rmq never waits for readers of a deleted file.
-    destroy_mapped_file_interval_forcibly: int = 120_000
-    #: `deleteFileBatchMax`: most segments deleted per run.
-    delete_file_batch_max: int = 10
-    #: `cleanResourceInterval`: ms between two cleanup runs.
-    clean_resource_interval: int = 10_000
-    #: `redeleteHangedFileInterval`: accepted; rmq never leaves a half-deleted file behind.
-    redelete_hanged_file_interval: int = 120_000
-    #: ms before the first cleanup run after opening (RocketMQ's fixed 60 s).
-    clean_service_initial_delay: int = 60_000
+    mapped_file_size_commit_log: int = _default("mapped_file_size_commit_log")
+    max_message_size: int = _default("max_message_size")
+    enabled_append_prop_crc: bool = _default("enabled_append_prop_crc")
+    force_verify_prop_crc: bool = _default("force_verify_prop_crc")
+    auto_message_version_on_topic_len: bool = _default("auto_message_version_on_topic_len")
+    check_crc_on_recover: bool = _default("check_crc_on_recover")
+    flush_disk_type: FlushDiskType = _default("flush_disk_type")
+    store_host: str = _default("store_host")
+    broker_cluster_name: str | None = _default("broker_cluster_name")
+    mapped_file_size_consume_queue: int = _default("mapped_file_size_consume_queue")
+    max_hash_slot_num: int = _default("max_hash_slot_num")
+    max_index_num: int = _default("max_index_num")
+    max_msgs_num_batch: int = _default("max_msgs_num_batch")
+    message_index_enable: bool = _default("message_index_enable")
+    message_delay_level: str = _default("message_delay_level")
+    max_transfer_bytes_on_message_in_memory: int = _default("max_transfer_bytes_on_message_in_memory")
+    max_transfer_count_on_message_in_memory: int = _default("max_transfer_count_on_message_in_memory")
+    max_transfer_bytes_on_message_in_disk: int = _default("max_transfer_bytes_on_message_in_disk")
+    max_transfer_count_on_message_in_disk: int = _default("max_transfer_count_on_message_in_disk")
+    access_message_in_memory_max_ratio: int = _default("access_message_in_memory_max_ratio")
+    max_filter_message_size: int = _default("max_filter_message_size")
+    travel_cq_file_num_when_get_message: int = _default("travel_cq_file_num_when_get_message")
+    broker_role: BrokerRole = _default("broker_role")
+    offset_check_in_slave: bool = _default("offset_check_in_slave")
+    file_reserved_time: int = _default("file_reserved_time")
+    delete_when: str = _default("delete_when")
+    disk_max_used_space_ratio: int = _default("disk_max_used_space_ratio")
+    disk_space_warning_level_ratio: int = _default("disk_space_warning_level_ratio")
+    disk_space_clean_forcibly_ratio: int = _default("disk_space_clean_forcibly_ratio")
+    clean_file_forcibly_enable: bool = _default("clean_file_forcibly_enable")
+    delete_commit_log_files_interval: int = _default("delete_commit_log_files_interval")
+    delete_consume_queue_files_interval: int = _default("delete_consume_queue_files_interval")
+    destroy_mapped_file_interval_forcibly: int = _default("destroy_mapped_file_interval_forcibly")
+    delete_file_batch_max: int = _default("delete_file_batch_max")
+    clean_resource_interval: int = _default("clean_resource_interval")
+    redelete_hanged_file_interval: int = _default("redelete_hanged_file_interval")
 
     @classmethod
     def from_files(cls, path: str | os.PathLike[str], **overrides: Any) -> StoreConfig:
@@ -122,7 +103,8 @@ class StoreConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> StoreConfig:
-        """Builds a config from RocketMQ-style `camelCase` properties (as in `broker.conf`).
+        """Builds a config from RocketMQ-style `camelCase` properties (as in `broker.conf`), read as the broker
+        reads them (numbers trimmed, `true` in any case, text as is).
 
         Keys that rmq does not use are ignored; `brokerIP1` and `listenPort` form `store_host`. A value that does
         not parse as its setting's type raises `InvalidConfigError`.
@@ -132,35 +114,16 @@ class StoreConfig:
         for k, v in props.items():
             _args.text(k, "property name")
             _args.text(v, f"property {k}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        camel = {_camel(name): name for name in fields}
-        kwargs: dict[str, Any] = {}
-        for key, text in props.items():
-            name = camel.get(key)
-            if name is None or name == "store_host":
-                continue
-            try:
-                kwargs[name] = _parse_like(getattr(cls, name), text)
-            except ValueError:
-                raise InvalidConfigError(f"{key}={text!r} is not a valid {name}") from None
-        if "brokerIP1" in props or "listenPort" in props:
-            host, _, port = cls.store_host.rpartition(":")
-            kwargs["store_host"] = f"{props.get('brokerIP1', host)}:{props.get('listenPort', port)}"
-        return cls(**kwargs)
+        return cls(**_native.config_from_properties(dict(props)))
 
 
-def _camel(name: str) -> str:
-    first, *rest = name.split("_")
-    special = {"crc": "CRC", "len": "Len", "msgs": "Msgs"}
-    return first + "".join(special.get(p, p.capitalize()) for p in rest)
-
-
-def _parse_like(default: object, text: str) -> object:
-    if isinstance(default, bool):
-        return text.strip().lower() == "true"
-    if isinstance(default, int):
-        return int(text)
-    return text
+StoreConfig.__doc__ = (
+    (StoreConfig.__doc__ or "")
+    + "\n    Settings:\n\n"
+    + "\n".join(
+        f"    {s.name} (`{s.java_name}`, default {s.default!r}): {' '.join(s.doc.split())}" for s in SETTINGS.values()
+    )
+)
 
 
 class ConsumeQueueEntry(NamedTuple):

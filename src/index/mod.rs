@@ -52,22 +52,7 @@ const _: () = assert!(HEADER_SIZE == 40);
 const _: () = assert!(INDEX_COUNT_POS + 4 == HEADER_SIZE);
 const _: () = assert!(ENTRY_SIZE == 4 + 8 + 4 + 4);
 
-/// Index settings (`MessageStoreConfig`). Readers must use the values the files were written with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexConfig {
-    /// `maxHashSlotNum`: hash slots per file. Default 5 000 000.
-    pub max_hash_slot_num: u32,
-    /// `maxIndexNum`: entry numbers per file; a file holds `max_index_num − 1` entries. Default 20 000 000.
-    pub max_index_num: u32,
-    /// `maxMsgsNumBatch`: the most offsets one query returns. Default 64.
-    pub max_msgs_num_batch: usize,
-}
-
-impl Default for IndexConfig {
-    fn default() -> Self {
-        IndexConfig { max_hash_slot_num: 5_000_000, max_index_num: 20_000_000, max_msgs_num_batch: 64 }
-    }
-}
+pub use crate::config::IndexConfig;
 
 impl IndexConfig {
     /// Checks the ranges: at least one slot, at least two entry numbers (entry 0 is unused), one batch of one,

@@ -15,7 +15,7 @@ use super::errors::to_py;
 use super::get::GetMessageResult;
 use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType};
 use crate::commitlog::{Record, RecoveryMode};
-use crate::config::{BrokerRole, FlushDiskType, StoreConfig};
+use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
 use crate::error::Error;
 use crate::store::{self, BatchItem, PutMessage};
 
@@ -37,117 +37,109 @@ fn host(obj: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
     parse_host(&args::text(obj)?)
 }
 
-/// A setting's value as an int of the field's type: an `int` (not a bool) in the type's range.
-fn int_setting<T: TryFrom<i128>>(key: &str, v: &Bound<'_, PyAny>) -> PyResult<T> {
-    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
-        return Err(args::argument_type_error_for(&format!("setting {key} must be an int"), v));
+/// A setting's value from Python, checked against the setting's kind: an `int` (not a bool), a `bool`, a `str`
+/// (or None where the setting is optional). Ranges and names are checked by the setting itself.
+fn setting_value(setting: &Setting, v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let key = setting.name;
+    match setting.kind {
+        Kind::Int { .. } => {
+            if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+                return Err(args::argument_type_error_for(&format!("setting {key} must be an int"), v));
+            }
+            let n: i128 =
+                v.extract().map_err(|_| to_py(Error::InvalidConfig(format!("{key} = {v} is out of range"))))?;
+            Ok(Value::Int(n))
+        }
+        Kind::Bool => v
+            .cast::<PyBool>()
+            .map(|b| Value::Bool(b.is_true()))
+            .map_err(|_| args::argument_type_error_for(&format!("setting {key} must be a bool"), v)),
+        Kind::OptionalStr if v.is_none() => Ok(Value::Null),
+        Kind::Str | Kind::OptionalStr | Kind::Choice(_) => {
+            if !v.is_instance_of::<PyString>() {
+                return Err(args::argument_type_error_for(&format!("setting {key} must be a str"), v));
+            }
+            Ok(Value::Str(args::text(v)?.to_string()))
+        }
     }
-    let n: i128 = v.extract().map_err(|_| to_py(Error::InvalidConfig(format!("{key} = {v} is out of range"))))?;
-    T::try_from(n).map_err(|_| to_py(Error::InvalidConfig(format!("{key} = {n} is out of range"))))
 }
 
-/// A setting's value as a bool.
-fn bool_setting(key: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
-    v.cast::<PyBool>()
-        .map(|b| b.is_true())
-        .map_err(|_| args::argument_type_error_for(&format!("setting {key} must be a bool"), v))
+fn value_to_py<'py>(py: Python<'py>, v: Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Int(n) => n.into_pyobject(py)?.into_any(),
+        Value::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Value::Str(s) => PyString::new(py, &s).into_any(),
+        Value::Null => py.None().into_bound(py),
+    })
 }
 
-/// A setting's value as a str.
-fn str_setting(key: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
-    if !v.is_instance_of::<PyString>() {
-        return Err(args::argument_type_error_for(&format!("setting {key} must be a str"), v));
-    }
-    Ok(args::text(v)?.to_string())
-}
-
+/// A configuration from a mapping of settings (snake-case names) on top of the defaults, every key and value
+/// checked by the one table of settings (`config::SETTINGS`).
 fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
     let mut c = StoreConfig::default();
     let Some(d) = d.filter(|d| !d.is_none()) else { return Ok(c) };
     let d = d.cast::<PyMapping>().map_err(|_| args::argument_type_error_for("config must be a mapping", d))?;
     for item in d.items()?.iter() {
         let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
-        let key = str_setting("names", &k)?;
-        let v = &v;
-        let cl = &mut c.commit_log;
-        match key.as_str() {
-            "mapped_file_size_commit_log" => cl.mapped_file_size_commit_log = int_setting(&key, v)?,
-            "max_message_size" => cl.max_message_size = int_setting(&key, v)?,
-            "enabled_append_prop_crc" => cl.enabled_append_prop_crc = bool_setting(&key, v)?,
-            "force_verify_prop_crc" => cl.force_verify_prop_crc = bool_setting(&key, v)?,
-            "auto_message_version_on_topic_len" => cl.auto_message_version_on_topic_len = bool_setting(&key, v)?,
-            "check_crc_on_recover" => cl.check_crc_on_recover = bool_setting(&key, v)?,
-            "flush_disk_type" => {
-                cl.flush_disk_type = match str_setting(&key, v)?.as_str() {
-                    "ASYNC_FLUSH" => FlushDiskType::AsyncFlush,
-                    "SYNC_FLUSH" => FlushDiskType::SyncFlush,
-                    other => {
-                        return Err(to_py(Error::InvalidConfig(format!(
-                            "flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, got {other:?}"
-                        ))))
-                    }
-                }
-            }
-            "mapped_file_size_consume_queue" => c.consume_queue.mapped_file_size_consume_queue = int_setting(&key, v)?,
-            "max_hash_slot_num" => c.index.max_hash_slot_num = int_setting(&key, v)?,
-            "max_index_num" => c.index.max_index_num = int_setting(&key, v)?,
-            "max_msgs_num_batch" => c.index.max_msgs_num_batch = int_setting(&key, v)?,
-            "message_index_enable" => c.message_index_enable = bool_setting(&key, v)?,
-            "message_delay_level" => c.message_delay_level = str_setting(&key, v)?,
-            "store_host" => c.broker.store_host = parse_host(&str_setting(&key, v)?)?,
-            "broker_cluster_name" => {
-                c.broker.broker_cluster_name = if v.is_none() { None } else { Some(str_setting(&key, v)?) }
-            }
-            "max_transfer_bytes_on_message_in_memory" => {
-                c.read.max_transfer_bytes_on_message_in_memory = int_setting(&key, v)?
-            }
-            "max_transfer_count_on_message_in_memory" => {
-                c.read.max_transfer_count_on_message_in_memory = int_setting(&key, v)?
-            }
-            "max_transfer_bytes_on_message_in_disk" => {
-                c.read.max_transfer_bytes_on_message_in_disk = int_setting(&key, v)?
-            }
-            "max_transfer_count_on_message_in_disk" => {
-                c.read.max_transfer_count_on_message_in_disk = int_setting(&key, v)?
-            }
-            "access_message_in_memory_max_ratio" => c.read.access_message_in_memory_max_ratio = int_setting(&key, v)?,
-            "max_filter_message_size" => c.read.max_filter_message_size = int_setting(&key, v)?,
-            "travel_cq_file_num_when_get_message" => c.read.travel_cq_file_num_when_get_message = int_setting(&key, v)?,
-            "offset_check_in_slave" => c.read.offset_check_in_slave = bool_setting(&key, v)?,
-            "broker_role" => {
-                c.read.broker_role = match str_setting(&key, v)?.as_str() {
-                    "ASYNC_MASTER" => BrokerRole::AsyncMaster,
-                    "SYNC_MASTER" => BrokerRole::SyncMaster,
-                    "SLAVE" => BrokerRole::Slave,
-                    other => {
-                        return Err(to_py(Error::InvalidConfig(format!(
-                            "broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {other:?}"
-                        ))))
-                    }
-                }
-            }
-            // Expired-file cleanup (`CleanConfig`).
-            "file_reserved_time" => c.clean.file_reserved_time = int_setting(&key, v)?,
-            "delete_when" => c.clean.delete_when = str_setting(&key, v)?,
-            "disk_max_used_space_ratio" => c.clean.disk_max_used_space_ratio = int_setting(&key, v)?,
-            "disk_space_warning_level_ratio" => c.clean.disk_space_warning_level_ratio = int_setting(&key, v)?,
-            "disk_space_clean_forcibly_ratio" => c.clean.disk_space_clean_forcibly_ratio = int_setting(&key, v)?,
-            "clean_file_forcibly_enable" => c.clean.clean_file_forcibly_enable = bool_setting(&key, v)?,
-            "delete_commit_log_files_interval" => c.clean.delete_commit_log_files_interval = int_setting(&key, v)?,
-            "delete_consume_queue_files_interval" => {
-                c.clean.delete_consume_queue_files_interval = int_setting(&key, v)?
-            }
-            "destroy_mapped_file_interval_forcibly" => {
-                c.clean.destroy_mapped_file_interval_forcibly = int_setting(&key, v)?
-            }
-            "delete_file_batch_max" => c.clean.delete_file_batch_max = int_setting(&key, v)?,
-            "clean_resource_interval" => c.clean.clean_resource_interval = int_setting(&key, v)?,
-            "redelete_hanged_file_interval" => c.clean.redelete_hanged_file_interval = int_setting(&key, v)?,
-            "clean_service_initial_delay" => c.clean.clean_service_initial_delay = int_setting(&key, v)?,
-            other => return Err(to_py(Error::InvalidConfig(format!("unknown setting {other:?}")))),
+        if !k.is_instance_of::<PyString>() {
+            return Err(args::argument_type_error_for("setting names must be str", &k));
         }
+        let key = args::text(&k)?.to_string();
+        let setting = StoreConfig::setting(&key)
+            .ok_or_else(|| to_py(Error::InvalidConfig(format!("unknown setting {key:?}"))))?;
+        let value = setting_value(setting, &v)?;
+        setting.set(&mut c, value).map_err(to_py)?;
     }
     Ok(c)
+}
+
+/// A configuration's settings as a dict, in table order.
+fn config_to_dict<'py>(py: Python<'py>, c: &StoreConfig) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, v) in c.values() {
+        d.set_item(name, value_to_py(py, v)?)?;
+    }
+    Ok(d)
+}
+
+/// Every setting as `(name, RocketMQ name, kind, default, doc)`, in table order; kind is "int", "bool", "str",
+/// "str?" (str or None) or "choice:A|B|C". Python's `StoreConfig` is a view of this.
+/// `(name, RocketMQ name, kind, default, doc)`.
+type SettingRow<'py> = (&'static str, &'static str, String, Bound<'py, PyAny>, &'static str);
+
+#[pyfunction]
+fn config_settings(py: Python<'_>) -> PyResult<Vec<SettingRow<'_>>> {
+    let defaults = StoreConfig::default();
+    SETTINGS
+        .iter()
+        .map(|s| {
+            let kind = match s.kind {
+                Kind::Int { .. } => "int".to_owned(),
+                Kind::Bool => "bool".to_owned(),
+                Kind::Str => "str".to_owned(),
+                Kind::OptionalStr => "str?".to_owned(),
+                Kind::Choice(names) => format!("choice:{}", names.join("|")),
+            };
+            Ok((s.name, s.java_name, kind, value_to_py(py, s.get(&defaults))?, s.doc))
+        })
+        .collect()
+}
+
+/// The settings a RocketMQ `broker.conf` (a mapping of its properties) gives, as a dict of every setting.
+#[pyfunction]
+fn config_from_properties<'py>(py: Python<'py>, props: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    let props =
+        props.cast::<PyMapping>().map_err(|_| args::argument_type_error_for("props must be a mapping", props))?;
+    let mut pairs = Vec::new();
+    for item in props.items()?.iter() {
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        if !k.is_instance_of::<PyString>() || !v.is_instance_of::<PyString>() {
+            return Err(args::argument_type_error_for("props must map str to str", &item));
+        }
+        pairs.push((args::text(&k)?.to_string(), args::text(&v)?.to_string()));
+    }
+    let c = StoreConfig::from_properties(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(to_py)?;
+    config_to_dict(py, &c)
 }
 
 /// The native store; `rmq.MessageStore` subclasses it.
@@ -402,6 +394,13 @@ impl MessageStore {
         d.set_item("master_flushed_offset", v.master_flushed_offset)?;
         d.set_item("confirm_phy_offset", v.confirm_phy_offset)?;
         Ok(d)
+    }
+
+    /// The settings in force, as a dict in `StoreConfig`'s order (what the Rust core was given; also
+    /// `max_message_size` as last set).
+    #[getter]
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        config_to_dict(py, &self.inner.config())
     }
 
     /// Whether the store was opened read-only (`read_only=True`).
@@ -901,6 +900,8 @@ fn sizes_from_files<'py>(
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sizes_from_files, m)?)?;
+    m.add_function(wrap_pyfunction!(config_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(config_from_properties, m)?)?;
     m.add_class::<MessageStore>()?;
     m.add_class::<Scanner>()?;
     m.add_function(wrap_pyfunction!(check_store, m)?)?;

@@ -66,7 +66,7 @@ impl MessageStore {
             if options.read_only { StoreCheckpoint::open_read_only(root)? } else { StoreCheckpoint::open(root)? };
         let cq_size = config.consume_queue.mapped_file_size_consume_queue;
         let (queues, skipped_dirs) = ConsumeQueueStore::load_in(storage, &root.join("consumequeue"), cq_size)?;
-        let index = if config.message_index_enable {
+        let index = if config.dispatch.message_index_enable {
             Some(IndexService::load_in(storage, &root.join("index"), config.index, crate::commitlog::now_ms)?)
         } else {
             None
@@ -99,7 +99,7 @@ impl MessageStore {
         let abort = if options.read_only { None } else { Some(AbortFile::create(root)?) };
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
-        let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
+        let delay_levels = crate::message::tags::parse_delay_levels(&config.dispatch.message_delay_level);
         let durable_ts = {
             let v = checkpoint.values();
             v.logics_msg_timestamp.min(v.physic_msg_timestamp)

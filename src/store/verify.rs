@@ -114,7 +114,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
         cq.recover()?;
         seen.add(cq);
     }
-    let delay_levels = crate::message::tags::parse_delay_levels(&config.message_delay_level);
+    let delay_levels = crate::message::tags::parse_delay_levels(&config.dispatch.message_delay_level);
     let walk = walk_log(log, &mut rep, &mut seen, &delay_levels);
     let open = store.open_report();
     for b in &walk {
@@ -365,7 +365,7 @@ fn check_queue(
 
 /// Each index file whole, and every entry against its record.
 fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut CheckReport) -> Result<()> {
-    if !config.message_index_enable {
+    if !config.dispatch.message_index_enable {
         return Ok(());
     }
     let index = IndexService::load_in(Storage::Overlay, &root.join("index"), config.index, crate::commitlog::now_ms)?;

@@ -17,7 +17,7 @@ pub const NAME: &str = "clean";
 pub fn spawn(store: &Arc<MessageStore>) -> Result<()> {
     let weak = Arc::downgrade(store);
     let svc = ServiceThread::new(NAME);
-    let delay = Duration::from_millis(store.config.clean.clean_service_initial_delay);
+    let delay = Duration::from_millis(store.config.timing.clean_initial_delay_ms);
     store.services().spawn(svc, move |svc: &ServiceThread| {
         // RocketMQ schedules the first run 60 s after start; a manual request wakes it earlier.
         let first = std::cell::Cell::new(true);
