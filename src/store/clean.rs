@@ -227,12 +227,18 @@ impl MessageStore {
         pause: &dyn Fn(Duration),
         manual_now: bool,
     ) -> Result<CleanReport> {
+        let _one = self.wait_clean_round();
         self.check_writable()?;
-        let _one = self.clean().round.lock().unwrap_or_else(|p| p.into_inner());
         let mut report = self.clean_commitlog(time, usage, pause, manual_now)?;
         self.clean_consume_queues(pause, &mut report)?;
         report.min_offset = self.commitlog.min_offset();
         Ok(report)
+    }
+
+    /// Waits for a cleanup round in progress (a direct call's; `close` stops the service first) and keeps the
+    /// next from starting while the guard lives: `close` holds it so no file is deleted once the store closed.
+    pub(crate) fn wait_clean_round(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.clean().round.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `isSpaceToDelete`: (delete, clean immediately), setting or clearing the DISK_FULL flag; the used ratio.

@@ -575,7 +575,9 @@ impl MessageStore {
     /// cleanly; so does a store whose dispatch could not finish.
     pub fn close(&self) -> Result<()> {
         self.services.shutdown();
+        let cleaning = self.wait_clean_round();
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
+        drop(cleaning);
         let result = match previous {
             State::Open { _lock, abort } => (|| {
                 self.commitlog.flush()?;
