@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets
+.PHONY: bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets retention
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ POWER_IMAGES ?= 2
 power:
 	RMQ_POWER_SEEDS=$(POWER_SEEDS) RMQ_POWER_CUTS=$(POWER_CUTS) RMQ_POWER_IMAGES=$(POWER_IMAGES) \
 	  cargo test --release --quiet --test power_loss -- --nocapture
+
+# Retention with the cleanup service running, at length: 1200 segments of 64 KiB written over about a minute
+# (`make test` writes 300, about 15 s).
+RETENTION_SEGMENTS ?= 1200
+retention:
+	RMQ_RETENTION_SEGMENTS=$(RETENTION_SEGMENTS) cargo test --release --quiet --test retention the_service -- --nocapture
 
 py-test: build
 	$(PY) -m pytest -q

@@ -376,6 +376,101 @@ settings! {
         /// Every put wakes the commit service.
         wake_commit_when_put_message ("wakeCommitWhenPutMessage"): bool = true,
     }
+
+    /// Expired-file cleanup (`CleanCommitLogService`, `CleanConsumeQueueService`; spec §14).
+    #[derive(Debug, Clone)]
+    pub struct CleanConfig in clean {
+        /// Hours a commitlog segment is kept after its last modification.
+        file_reserved_time ("fileReservedTime"): i32 = 72,
+        /// `;`-separated local hours (0-23) at which expired segments are deleted.
+        delete_when ("deleteWhen"): String = "04".to_owned(),
+        /// Percent of the disk in use above which expired segments are deleted at any hour (clamped to 10-95).
+        disk_max_used_space_ratio ("diskMaxUsedSpaceRatio"): i32 = 75,
+        /// Percent in use above which puts are refused (SERVICE_NOT_AVAILABLE) and segments are deleted at
+        /// once, expired or not (clamped to 35-90).
+        disk_space_warning_level_ratio ("diskSpaceWarningLevelRatio"): i32 = 90,
+        /// Percent in use above which segments are deleted at once, expired or not (clamped to 30-85).
+        disk_space_clean_forcibly_ratio ("diskSpaceCleanForciblyRatio"): i32 = 85,
+        /// Let the two ratios above delete segments that have not expired.
+        clean_file_forcibly_enable ("cleanFileForciblyEnable"): bool = true,
+        /// Pause in ms between two deleted segments.
+        delete_commit_log_files_interval ("deleteCommitLogFilesInterval"): u64 = 100,
+        /// Pause in ms after a consume queue that deleted files.
+        delete_consume_queue_files_interval ("deleteConsumeQueueFilesInterval"): u64 = 100,
+        /// How long RocketMQ waits for readers of a deleted file (ms). Accepted; rmq unlinks at once and a
+        /// reader's mapping keeps its bytes until dropped, so nothing waits.
+        destroy_mapped_file_interval_forcibly ("destroyMapedFileIntervalForcibly"): u64 = 120_000,
+        /// Most segments deleted per run.
+        delete_file_batch_max ("deleteFileBatchMax"): u32 = 10,
+        /// Ms between two cleanup runs.
+        clean_resource_interval ("cleanResourceInterval"): u64 = 10_000,
+        /// RocketMQ's retry (ms) of a file whose destroy waited on readers. Accepted; rmq never leaves one.
+        redelete_hanged_file_interval ("redeleteHangedFileInterval"): u64 = 120_000,
+    }
+}
+
+/// rmq's own timing of the services, not a RocketMQ setting (so not in [`SETTINGS`]); tests shorten it.
+#[derive(Debug, Clone)]
+pub struct ServiceTiming {
+    /// Ms before the first cleanup run after the services start (RocketMQ schedules it 60 s after start).
+    pub clean_initial_delay_ms: u64,
+}
+
+impl Default for ServiceTiming {
+    fn default() -> Self {
+        ServiceTiming { clean_initial_delay_ms: 60_000 }
+    }
+}
+
+impl CleanConfig {
+    /// `deleteWhen`'s hours (`UtilAll.isItTimeToDo` parses each with `Integer.parseInt`).
+    pub fn delete_hours(&self) -> Result<Vec<i32>> {
+        self.delete_when
+            .split(';')
+            .map(|w| {
+                w.parse::<i32>().map_err(|_| {
+                    Error::InvalidConfig(format!(
+                        "delete_when must be hours separated by ';' (e.g. \"04\" or \"04;16\"), got {:?}",
+                        self.delete_when
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The warning ratio as a fraction, clamped as `getDiskSpaceWarningLevelRatio` clamps it: [0.35, 0.90].
+    pub fn warning_ratio(&self) -> f64 {
+        (f64::from(self.disk_space_warning_level_ratio) / 100.0).clamp(0.35, 0.90)
+    }
+
+    /// The forced-cleaning ratio as a fraction, clamped as `getDiskSpaceCleanForciblyRatio`: [0.30, 0.85].
+    pub fn forcibly_ratio(&self) -> f64 {
+        (f64::from(self.disk_space_clean_forcibly_ratio) / 100.0).clamp(0.30, 0.85)
+    }
+
+    /// The max-used ratio as a fraction, clamped as `getDiskMaxUsedSpaceRatio`: [10, 95] percent.
+    pub fn max_used_ratio(&self) -> f64 {
+        f64::from(self.disk_max_used_space_ratio.clamp(10, 95)) / 100.0
+    }
+
+    /// The reserved time in ms (`fileReservedTime * 60 * 60 * 1000`, in Java's long arithmetic).
+    pub fn reserved_ms(&self) -> i64 {
+        i64::from(self.file_reserved_time) * 3_600_000
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.delete_hours()?;
+        if self.file_reserved_time < 0 {
+            return Err(Error::InvalidConfig(format!(
+                "file_reserved_time must be 0 or more hours, got {}",
+                self.file_reserved_time
+            )));
+        }
+        if self.clean_resource_interval == 0 {
+            return Err(Error::InvalidConfig("clean_resource_interval must be at least 1 ms".into()));
+        }
+        Ok(())
+    }
 }
 
 /// The whole configuration of a store: one group per subsystem (every setting is in [`SETTINGS`]).
@@ -399,6 +494,10 @@ pub struct StoreConfig {
     pub sync_flush: SyncFlushConfig,
     /// The transient store pool and its commit service.
     pub transient_pool: TransientPoolConfig,
+    /// Expired-file cleanup.
+    pub clean: CleanConfig,
+    /// rmq's own service timing (not a RocketMQ setting).
+    pub timing: ServiceTiming,
 }
 
 impl StoreConfig {
@@ -477,6 +576,7 @@ impl StoreConfig {
         if tp.transient_store_pool_enable && tp.transient_store_pool_size == 0 {
             return Err(Error::InvalidConfig("transient_store_pool_size must be at least 1".into()));
         }
+        self.clean.validate()?;
         if let Some(name) = &self.broker.broker_cluster_name {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }

@@ -707,22 +707,23 @@ impl ConsumeQueue {
     /// The file-deleting half of `deleteExpiredFile(m)` (spec §6.5): removes files, oldest first and never the
     /// last one, whose last entry points below commitlog offset `min_commitlog_offset`; stops at the first
     /// file kept. The min offset is not changed: call [`ConsumeQueue::correct_min_offset`] after it, as
-    /// RocketMQ does. Returns how many files were removed (unlinked once no reader holds them).
-    pub fn delete_expired_files(&self, min_commitlog_offset: i64) -> usize {
-        let mut n = 0;
+    /// RocketMQ does. Returns the files removed (unlinked at once, the directory synced; a reader's view of
+    /// one keeps its bytes until dropped).
+    pub fn delete_expired_files(&self, min_commitlog_offset: i64) -> Result<Vec<PathBuf>> {
+        let mut deleted = Vec::new();
         loop {
             let files = self.files.files();
             if files.len() <= 1 {
-                return n;
+                return Ok(deleted);
             }
-            let Some(first) = files.first() else { return n };
+            let Some(first) = files.first() else { return Ok(deleted) };
             let last_entry = first.slice((first.size() - UNIT) as usize, UNIT as usize).and_then(CqEntry::decode);
             match last_entry {
-                Some(e) if e.offset < min_commitlog_offset => {
-                    self.files.remove_first();
-                    n += 1;
-                }
-                _ => return n,
+                Some(e) if e.offset < min_commitlog_offset => match self.files.delete_first()? {
+                    Some(f) => deleted.push(f.path().to_owned()),
+                    None => return Ok(deleted),
+                },
+                _ => return Ok(deleted),
             }
         }
     }

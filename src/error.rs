@@ -77,6 +77,15 @@ pub enum Error {
     #[error("the store is closed")]
     Closed,
 
+    /// The disk holding the store is fuller than `disk_space_warning_level_ratio` (RocketMQ's DISK_FULL running
+    /// flag, status `SERVICE_NOT_AVAILABLE`): puts are refused, nothing was written, until cleanup brings the
+    /// disk below the ratio again.
+    #[error(
+        "the disk of {path} is {used_percent}% used, over the warning level of {warning_percent}% \
+         (disk_space_warning_level_ratio): puts are refused until cleanup or you free space; nothing was written"
+    )]
+    DiskSpaceWarning { path: PathBuf, used_percent: u32, warning_percent: u32 },
+
     /// A flush failed earlier; the store refuses writes because durability can no longer be promised.
     #[error("the store is poisoned after a failed flush ({0}); reopen it to recover")]
     Poisoned(String),
@@ -105,7 +114,9 @@ impl Error {
             | Error::InvalidProperty { .. }
             | Error::InvalidHost(_) => Some(PutMessageStatus::MessageIllegal),
             Error::PropertiesTooLarge { .. } => Some(PutMessageStatus::PropertiesSizeExceeded),
-            Error::Closed | Error::Poisoned(_) | Error::ReadOnly(_) => Some(PutMessageStatus::ServiceNotAvailable),
+            Error::Closed | Error::Poisoned(_) | Error::ReadOnly(_) | Error::DiskSpaceWarning { .. } => {
+                Some(PutMessageStatus::ServiceNotAvailable)
+            }
             Error::Io { .. } | Error::DiskFull { .. } => Some(PutMessageStatus::CreateMappedFileFailed),
             _ => None,
         }

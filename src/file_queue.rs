@@ -206,6 +206,27 @@ impl FileQueue {
         Some(f)
     }
 
+    /// Expired-file cleanup: removes the first segment from the queue and unlinks its file now, then syncs the
+    /// directory so the removal is durable. Never the last segment (returns None then, as for an empty
+    /// queue). A reader still holding a view of the segment keeps its mapping (and so its bytes) until the
+    /// view is dropped: unlinking a mapped file is safe. A failed unlink puts nothing back (the segment is
+    /// out of the queue; the next open finds the file again and it is cleaned once more).
+    pub fn delete_first(&self) -> Result<Option<Arc<MappedFile>>> {
+        if self.storage == Storage::Overlay {
+            return Ok(None);
+        }
+        let f = {
+            let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if files.len() <= 1 {
+                return Ok(None);
+            }
+            files.remove(0)
+        };
+        std::fs::remove_file(f.path()).map_err(|e| Error::io(f.path(), e))?;
+        crate::mmap::sync_dir(&self.dir)?;
+        Ok(Some(f))
+    }
+
     /// Overlay only: maps the segments another process added after the last one since the queue was loaded
     /// (a file whose size is not the segment size yet, one being created, is left for the next call), and
     /// drops the leading segments whose files are gone (retention by that process). Returns (added, dropped).

@@ -24,6 +24,7 @@ ALTERNATES: dict[str, Any] = {
     "store_host": "10.1.2.3:10999",
     "broker_cluster_name": "OtherCluster",
     "message_delay_level": "1s 2s",
+    "delete_when": "05;17",
 }
 
 

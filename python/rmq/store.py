@@ -83,6 +83,18 @@ class StoreConfig:
     commit_commit_log_least_pages: int = _default("commit_commit_log_least_pages")
     commit_commit_log_thorough_interval: int = _default("commit_commit_log_thorough_interval")
     wake_commit_when_put_message: bool = _default("wake_commit_when_put_message")
+    file_reserved_time: int = _default("file_reserved_time")
+    delete_when: str = _default("delete_when")
+    disk_max_used_space_ratio: int = _default("disk_max_used_space_ratio")
+    disk_space_warning_level_ratio: int = _default("disk_space_warning_level_ratio")
+    disk_space_clean_forcibly_ratio: int = _default("disk_space_clean_forcibly_ratio")
+    clean_file_forcibly_enable: bool = _default("clean_file_forcibly_enable")
+    delete_commit_log_files_interval: int = _default("delete_commit_log_files_interval")
+    delete_consume_queue_files_interval: int = _default("delete_consume_queue_files_interval")
+    destroy_mapped_file_interval_forcibly: int = _default("destroy_mapped_file_interval_forcibly")
+    delete_file_batch_max: int = _default("delete_file_batch_max")
+    clean_resource_interval: int = _default("clean_resource_interval")
+    redelete_hanged_file_interval: int = _default("redelete_hanged_file_interval")
 
     @classmethod
     def from_files(cls, path: str | os.PathLike[str], **overrides: Any) -> StoreConfig:

@@ -155,7 +155,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Corruption { path, offset, .. } => (Some(path.display().to_string()), Some(*offset)),
         Error::Io { path, .. } | Error::DiskFull { path, .. } => (Some(path.display().to_string()), None),
         Error::InvalidOffset { offset, .. } => (None, Some(*offset)),
-        Error::Locked(path) | Error::ReadOnly(path) => (Some(path.display().to_string()), None),
+        Error::Locked(path) | Error::ReadOnly(path) | Error::DiskSpaceWarning { path, .. } => {
+            (Some(path.display().to_string()), None)
+        }
         _ => (None, None),
     };
     let py_err = match err {
@@ -178,6 +180,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::ReadOnly(_) => ReadOnlyError::new_err(msg),
         Error::Closed => StoreClosedError::new_err(msg),
         Error::Poisoned(_) => StorePoisonedError::new_err(msg),
+        Error::DiskSpaceWarning { .. } => StoreStateError::new_err(msg),
     };
     Python::attach(|py| {
         let value = py_err.value(py);

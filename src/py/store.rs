@@ -351,6 +351,41 @@ impl MessageStore {
         py.detach(|| inner.close()).map_err(to_py)
     }
 
+    /// RocketMQ's `executeDeleteFilesManually`: the next 20 runs of the cleanup service delete expired
+    /// commitlog segments whatever the hour (`delete_when`); returns at once.
+    fn delete_expired_files(&self) -> PyResult<()> {
+        self.inner.delete_expired_files().map_err(to_py)
+    }
+
+    /// One cleanup run now, as a manual run, waiting for it: expired commitlog segments (never the last one)
+    /// and the consume-queue and index files wholly below the new minimum. Returns what it deleted.
+    fn delete_expired_files_now<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let r = py.detach(|| inner.delete_expired_files_now()).map_err(to_py)?;
+        let paths = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+        let d = PyDict::new(py);
+        d.set_item("commitlog", paths(&r.commitlog))?;
+        d.set_item("consume_queue", paths(&r.consume_queue))?;
+        d.set_item("index", paths(&r.index))?;
+        d.set_item("min_offset", r.min_offset)?;
+        d.set_item("disk_used_ratio", r.disk_used_ratio)?;
+        let reasons = [
+            ("time", r.reasons.time),
+            ("space", r.reasons.space),
+            ("immediately", r.reasons.immediately),
+            ("manual", r.reasons.manual),
+        ];
+        d.set_item("reasons", reasons.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>())?;
+        Ok(d)
+    }
+
+    /// Whether puts are refused because the disk is over `disk_space_warning_level_ratio` (RocketMQ's
+    /// DISK_FULL flag, set and cleared by the cleanup runs).
+    #[getter]
+    fn disk_full(&self) -> bool {
+        self.inner.is_disk_full()
+    }
+
     /// The checkpoint's values (spec §8.1) as the store holds them.
     #[getter]
     fn checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -1,6 +1,7 @@
 //! `MessageStore`: the write path (checks, properties as a broker builds them, queue offsets, append, flush)
 //! and the read path by physical offset, over one store directory.
 
+pub mod clean;
 pub mod dispatch;
 pub mod get;
 mod index_check;
@@ -157,6 +158,8 @@ pub struct MessageStore {
     group_commit: services::group_commit::GroupCommit,
     /// The transient store pool's commit service (`services/commit.rs`).
     commit_state: services::commit::CommitState,
+    /// Expired-file cleanup state (`clean.rs`).
+    clean: clean::CleanState,
 }
 
 /// What opening did to the derived files.
@@ -355,6 +358,7 @@ impl MessageStore {
     /// Stores one message.
     pub fn put(&self, msg: &PutMessage<'_>) -> Result<PutResult> {
         self.check_writable()?;
+        self.check_disk_space()?;
         validate::check_topic(msg.topic)?;
         validate::check_message_fields(
             msg.sys_flag,
@@ -418,6 +422,7 @@ impl MessageStore {
         wait_store_msg_ok: bool,
     ) -> Result<PutResult> {
         self.check_writable()?;
+        self.check_disk_space()?;
         validate::check_topic(topic)?;
         validate::check_message_fields(sys_flag, queue_id, reconsume_times, 0)?;
         if items.is_empty() {
@@ -641,7 +646,9 @@ impl MessageStore {
     /// cleanly; so does a store whose dispatch could not finish.
     pub fn close(&self) -> Result<()> {
         self.services.shutdown();
+        let cleaning = self.wait_clean_round();
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
+        drop(cleaning);
         let result = match previous {
             State::Open { _lock, abort } => (|| {
                 self.commitlog.commit(0)?;

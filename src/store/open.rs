@@ -233,6 +233,7 @@ impl MessageStore {
             recovery,
             issues: Mutex::new(IssueLog::default()),
             services: super::services::Services::default(),
+            clean: super::clean::CleanState::default(),
         };
         // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
         loop {

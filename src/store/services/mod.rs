@@ -10,6 +10,7 @@
 //! that calls [`Services::spawn`] with a loop (usually [`run_every`]), and call it from
 //! [`MessageStore::start_services`].
 
+pub mod clean;
 pub mod commit;
 pub mod flush;
 pub mod group_commit;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::store::MessageStore;
+
 
 /// One service's signal and counters (RocketMQ's `ServiceThread`: `wakeup`, `waitForRunning`, `shutdown`).
 #[derive(Debug)]
@@ -292,6 +294,7 @@ impl MessageStore {
         flush::spawn(self)?;
         group_commit::spawn(self)?;
         commit::spawn(self)?;
+        clean::spawn(self)?;
         Ok(())
     }
 
