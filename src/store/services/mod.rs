@@ -25,7 +25,6 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::store::MessageStore;
 
-
 /// One service's signal and counters (RocketMQ's `ServiceThread`: `wakeup`, `waitForRunning`, `shutdown`).
 #[derive(Debug)]
 pub struct ServiceThread {
