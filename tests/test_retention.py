@@ -73,7 +73,8 @@ def test_delete_now_returns_what_it_deleted_and_views_keep_their_bytes(tmp_path:
         scanner = store.scan(0)
         first = next(scanner)
         done = store.delete_expired_files_now()
-        assert done["commitlog"] == [str(p) for p in segs[:3]] and done["reasons"] == ["manual"]
+        # "manual", and "space" too when the disk holding the test's directory is over 75 % used.
+        assert done["commitlog"] == [str(p) for p in segs[:3]] and "manual" in done["reasons"]
         assert done["min_offset"] == int(segs[3].name)
         assert not any(p.exists() for p in segs[:3]) and all(p.exists() for p in segs[3:])
         assert done["consume_queue"] and not any(Path(p).exists() for p in done["consume_queue"])
