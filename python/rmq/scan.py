@@ -94,7 +94,7 @@ def run_scan(
     out = out if out is not None else sys.stdout
     result = ScanResult()
     config = config if config is not None else rmq.StoreConfig.from_files(store_dir)
-    with rmq.MessageStore(store_dir, config, start_reput=False, read_only=True) as store:
+    with rmq.MessageStore(store_dir, config, start_services=False, read_only=True) as store:
         progress = Progress("scanning", total=max(store.max_offset - from_offset, 0), output=out)
         try:
             for msg in store.scan(from_offset):
