@@ -261,14 +261,8 @@ impl CommitLog {
             file = next;
             pos = 0;
         }
-        let store_timestamp = now_ms();
         let first_offset = *wrote;
-        for (i, rec) in records.iter().enumerate() {
-            let phys = first_offset + rec.start as u64;
-            if let Some(bytes) = buf.get_mut(rec.start..rec.start + rec.len) {
-                finish_record(bytes, rec, queue_offset(i), phys as i64, store_timestamp);
-            }
-        }
+        let store_timestamp = stamp_records(buf, records, first_offset, &queue_offset);
         // The commit protocol (`recover`'s crash model): every byte but the first record's first 8, then those
         // 8 with one store. A kill before that store leaves an append that recovery can tell is unfinished.
         let (word, rest) = buf.split_at(END_FILE_MIN_BLANK_LENGTH.min(buf.len()));
@@ -346,14 +340,8 @@ impl CommitLog {
             file = next;
         }
         let a = self.activate(pw, &mut active, &file, *wrote)?;
-        let store_timestamp = now_ms();
         let first_offset = *wrote;
-        for (i, rec) in records.iter().enumerate() {
-            let phys = first_offset + rec.start as u64;
-            if let Some(bytes) = buf.get_mut(rec.start..rec.start + rec.len) {
-                finish_record(bytes, rec, queue_offset(i), phys as i64, store_timestamp);
-            }
-        }
+        let store_timestamp = stamp_records(buf, records, first_offset, &queue_offset);
         let pos = (first_offset - file.start()) as usize;
         a.buf[pos..pos + buf.len()].copy_from_slice(buf);
         *wrote = first_offset + total;
@@ -565,4 +553,22 @@ impl CommitLog {
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Stamps the records of an append starting at commitlog offset `first_offset` (their queue offsets,
+/// physical offsets and one store time, read now under the put lock) and returns that store time.
+fn stamp_records(
+    buf: &mut [u8],
+    records: &[EncodedRecord],
+    first_offset: u64,
+    queue_offset: &impl Fn(usize) -> i64,
+) -> i64 {
+    let store_timestamp = now_ms();
+    for (i, rec) in records.iter().enumerate() {
+        let phys = first_offset + rec.start as u64;
+        if let Some(bytes) = buf.get_mut(rec.start..rec.start + rec.len) {
+            finish_record(bytes, rec, queue_offset(i), phys as i64, store_timestamp);
+        }
+    }
+    store_timestamp
 }

@@ -246,23 +246,22 @@ impl MessageStore {
         let cfg = &self.config.clean;
         let (warning, forcibly) = (cfg.warning_ratio(), cfg.forcibly_ratio());
         let state = self.clean();
-        let set_flag = |ratio: f64| {
-            state.disk_full_percent.store((ratio * 100.0).round().max(0.0) as u32, Ordering::Release);
-            state.disk_full.store(true, Ordering::Release);
+        // Over the warning ratio: the DISK_FULL flag (puts refused); over either: delete at once.
+        let over = |ratio: f64| {
+            if ratio > warning {
+                state.disk_full_percent.store((ratio * 100.0).round().max(0.0) as u32, Ordering::Release);
+                state.disk_full.store(true, Ordering::Release);
+                return true;
+            }
+            ratio > forcibly
         };
         let physic = usage(self.commitlog.queue().dir());
-        if physic > warning {
-            set_flag(physic);
-            return (true, true, physic);
-        } else if physic > forcibly {
+        if over(physic) {
             return (true, true, physic);
         }
         state.disk_full.store(false, Ordering::Release);
         let logics = usage(&self.root.join("consumequeue"));
-        if logics > warning {
-            set_flag(logics);
-            return (true, true, physic);
-        } else if logics > forcibly {
+        if over(logics) {
             return (true, true, physic);
         }
         state.disk_full.store(false, Ordering::Release);
