@@ -365,6 +365,16 @@ impl ConsumeQueue {
             let bytes = f.slice((from - f.start()) as usize, (f.end() - from) as usize).unwrap_or_default();
             bytes.iter().fold(0u8, |a, &b| a | b) != 0
         });
+        if max_physic < 0 {
+            // Nothing valid in the scanned files (the newest files lost as zeros in a power loss): the queue
+            // ends after the entry before them, whose record the duplicate rule must still count as there.
+            max_physic = (process / UNIT)
+                .checked_sub(1)
+                .and_then(|q| files.iter().find(|f| q * UNIT >= f.start() && q * UNIT < f.end()).map(|f| (f, q)))
+                .and_then(|(f, q)| self.read_entry(f, q * UNIT))
+                .filter(|e| e.is_valid() && !e.is_pre_blank())
+                .map_or(-1, |e| e.end());
+        }
         self.truncate_files_after(process)?;
         w.max_physic_offset = max_physic;
         self.max_physic.store(max_physic, Ordering::Release);

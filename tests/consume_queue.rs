@@ -149,6 +149,31 @@ fn recovery_drops_files_after_a_torn_one() {
     assert_eq!(file_names(tmp.path()), ["00000000000000000000", "00000000000000000100"]);
 }
 
+/// A power loss can leave the newest consume-queue files as zeros (created, their entries never flushed).
+/// Recovery scans only the last three files, so it finds no entry there; the queue still ends after the last
+/// entry of the file before them, and re-dispatching an earlier record (queue offset 0 included, which the
+/// queue-offset rule does not check) is a duplicate, not an entry written at the end (found by `make power`).
+#[test]
+fn recovery_over_lost_newest_files_keeps_the_earlier_entries_as_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cq = open(tmp.path(), 100);
+    for q in 0..20i64 {
+        cq.append(q * 10, 10, 0, q).unwrap();
+    }
+    drop(cq);
+    for name in ["00000000000000000100", "00000000000000000200", "00000000000000000300"] {
+        std::fs::write(tmp.path().join(name), [0u8; 100]).unwrap();
+    }
+    let cq = reopen(tmp.path(), 100);
+    assert_eq!(cq.max_offset(), 5);
+    assert_eq!(cq.max_physic_offset(), 50, "the end of the last entry kept, in the file before the scanned ones");
+    for q in 0..5i64 {
+        assert_eq!(cq.append(q * 10, 10, 0, q).unwrap(), Appended::Duplicate, "queue offset {q} is there");
+    }
+    assert_eq!(cq.append(50, 10, 0, 5).unwrap(), Appended::Written { queue_offset: 5 });
+    assert_eq!(cq.entry(5).unwrap().offset, 50);
+}
+
 #[test]
 fn truncate_dirty_removes_entries_at_or_after_the_commitlog_end() {
     let tmp = tempfile::tempdir().unwrap();
