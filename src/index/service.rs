@@ -429,15 +429,19 @@ impl IndexService {
                         });
                     }
                     (end_phy, end_ts) = (file.end_phy_offset(), file.end_timestamp());
-                    let name = self.name_between(prev, next, names.len())?;
-                    let name = if names.last().is_some_and(|l| *l >= name) {
+                    // The next name: one ms after the last one (the rebuilt file's own, the first time), before
+                    // `next`'s.
+                    let last = names.last().and_then(|l| parse_index_file_name(l));
+                    let name = match last {
+                        Some(ms) => index_file_name(ms + 1),
+                        None => self.name_between(prev, next, names.len())?,
+                    };
+                    if names.last().is_some_and(|l| *l >= name) || next.is_some_and(|n| name >= n.name()) {
                         return Err(Error::InvalidConfig(format!(
                             "no index file name fits between {} and the next file",
                             names.last().map_or("", String::as_str)
                         )));
-                    } else {
-                        name
-                    };
+                    }
                     let full = std::mem::replace(
                         &mut file,
                         IndexFile::create_in(self.storage, &tmp(&name), self.cfg, end_phy, end_ts)?,
@@ -448,7 +452,15 @@ impl IndexService {
             }
             Ok(())
         };
-        feed(&mut sink)?;
+        if let Err(e) = feed(&mut sink) {
+            // Nothing of a failed rebuild stays: the temporary files go (an overlay's live only in memory).
+            if !overlay {
+                for f in built.iter().chain(std::iter::once(&file)) {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
+            return Err(e);
+        }
         built.push(file);
         let mut fresh = Vec::with_capacity(built.len());
         for (f, name) in built.into_iter().zip(&names) {
