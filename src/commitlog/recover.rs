@@ -40,7 +40,7 @@ use crate::message::RecordHeader;
 use crate::mmap::MappedFile;
 
 use super::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
-use super::CommitLog;
+use super::{CommitLog, Record};
 
 /// What opening does with damage inside the data (bytes a killed process cannot leave).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,8 +192,9 @@ enum Tail {
 }
 
 impl CommitLog {
-    /// Walks the log from the recovery start and settles its end (module docs).
-    pub(super) fn recover(&self, opts: &RecoverOptions) -> Result<OpenReport> {
+    /// Walks the log from the recovery start and settles its end (module docs). `visit` is offered each record
+    /// the log keeps, in order, while its bytes are at hand.
+    pub(super) fn recover(&self, opts: &RecoverOptions, visit: &mut dyn FnMut(&Record)) -> Result<OpenReport> {
         let files = self.queue.files();
         let path = if opts.unclean { RecoveryPath::Abnormal } else { RecoveryPath::Normal };
         let mut report = OpenReport { mode: opts.mode, path, ..OpenReport::default() };
@@ -212,7 +213,11 @@ impl CommitLog {
                     let reason = "the record's topic or properties are zeros (a page lost in a power loss)".to_owned();
                     (r.offset(), r.file.clone(), reason)
                 }
-                Some(Step::Record(_) | Step::Blank { .. }) => continue,
+                Some(Step::Record(r)) => {
+                    visit(&r);
+                    continue;
+                }
+                Some(Step::Blank { .. }) => continue,
                 Some(Step::Missing { offset }) => break offset,
                 Some(Step::Zero { offset, file }) => (offset, file, "nothing was written here".to_owned()),
                 Some(Step::Partial { offset, file }) => (offset, file, "record is truncated".to_owned()),
