@@ -23,7 +23,7 @@ use super::{record_has_key, MessageStore};
 use crate::commitlog::cursor::{find_valid_record, Step};
 use crate::commitlog::{CommitLog, Record};
 use crate::error::Result;
-use crate::index::{hash_continue, key_hash_from, Candidate, IndexFile, IndexRequest, IndexService};
+use crate::index::{hash_continue, key_hash_from, Candidate, IndexDamage, IndexFile, IndexRequest, IndexService};
 use crate::java::decode_utf8_lossy;
 use crate::message::properties::{self, keys};
 use crate::message::TransactionType;
@@ -264,7 +264,8 @@ fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64
 /// whose endTimestamp is at or before it is kept as it is, not read at all: RocketMQ keeps those files after a
 /// crash and deletes the newer ones (§7.5); rmq checks the newer ones and rebuilds what fails. (A trusted file
 /// damaged by something other than the crash is still found by the first query that reads it.) `walked`: the
-/// open's walk from `restart`; a file whose checked entries it matched whole needs no per-entry check. Returns
+/// open's walk from `restart`; a file whose checked entries it matched whole needs no per-entry check.
+/// `pre_verified`: a file's [`IndexFile::verify`], already worked out (the file unchanged since). Returns
 /// what was rebuilt and why, one line per file or range, and how many files were trusted.
 pub(super) fn check_at_open(
     index: &IndexService,
@@ -272,6 +273,7 @@ pub(super) fn check_at_open(
     restart: Option<u64>,
     trusted_to: Option<i64>,
     walked: Option<&IndexMatches>,
+    pre_verified: Option<(&Arc<IndexFile>, &std::result::Result<(), IndexDamage>)>,
 ) -> Result<(Vec<String>, u64)> {
     let mut rebuilt = Vec::new();
     // A rebuild that fails (a full disk) is reported and the open goes on: a query tries again later.
@@ -307,7 +309,11 @@ pub(super) fn check_at_open(
             if !f.has_entries() || trusted(&files, at) {
                 continue;
             }
-            let found = match f.verify() {
+            let verified = match pre_verified {
+                Some((pf, r)) if Arc::ptr_eq(pf, f) => r.clone(),
+                _ => f.verify(),
+            };
+            let found = match verified {
                 Err(d) => Some((d.offset, d.reason)),
                 Ok(()) if walked.is_some_and(|w| w.verified(f)) => None,
                 Ok(()) => check_entries(f, log, restart),

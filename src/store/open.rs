@@ -119,14 +119,24 @@ impl MessageStore {
                 index.as_ref().map(|ix| (ix, IndexMatches::new(ix.files().into_iter().filter(|f| f.has_entries())))),
             )
         });
-        let (mut commitlog, open_report) = {
+        // The newest index file's slots and chains are checked after a crash (`index_check::check_at_open`);
+        // nothing changes the file before that check, so on disk (no live writer) it runs beside the walk.
+        let newest_index = match &index {
+            Some(ix) if unclean_shutdown && storage == Storage::Disk => ix.files().pop().filter(|f| f.has_entries()),
+            _ => None,
+        };
+        let (opened, newest_verified) = std::thread::scope(|scope| {
+            let verifying = newest_index.as_ref().map(|f| scope.spawn(move || f.verify()));
             let mut visit = |rec: &crate::commitlog::Record| {
                 if let Some(m) = &mut matches {
                     m.record(rec, &delay_levels);
                 }
             };
-            CommitLog::open_visiting(&root.join("commitlog"), config.commit_log.clone(), &recover, &mut visit)?
-        };
+            let opened =
+                CommitLog::open_visiting(&root.join("commitlog"), config.commit_log.clone(), &recover, &mut visit);
+            (opened, verifying.and_then(|h| h.join().ok()))
+        });
+        let (mut commitlog, open_report) = opened?;
         let transient_store_pool = if options.read_only { None } else { attach_pool(&mut commitlog, &config)? };
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
@@ -206,8 +216,9 @@ impl MessageStore {
         let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
         if let Some(index) = &index {
             let trusted_to = unclean_shutdown.then_some(cp.index_msg_timestamp);
+            let pre_verified = newest_index.as_ref().zip(newest_verified.as_ref());
             let (rebuilt, trusted) =
-                super::index_check::check_at_open(index, &commitlog, restart, trusted_to, walked_index)?;
+                super::index_check::check_at_open(index, &commitlog, restart, trusted_to, walked_index, pre_verified)?;
             recovery.rebuilt_index_files = rebuilt;
             recovery.index_files_trusted = trusted;
             let indexed = match index.last_indexed_offset() {
