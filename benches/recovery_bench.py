@@ -4,9 +4,10 @@ on the same multi-GiB store, after a crash (abnormal path) and after a clean shu
 1. A writer process fills a store with RocketMQ's defaults (1 GiB segments, ASYNC_FLUSH, default consume-queue
    and index sizes) with ~1 KiB messages over 4 topics x 8 queues, each with a tag and two keys, waits until
    everything is dispatched and is killed with SIGKILL: the abort file stays, as after any crash. Two images:
-   `old` flushes once early on (the checkpoint is older than every record less the 3 s margin, so both
-   recoveries validate and dispatch the whole store), `recent` flushes every 500 ms (as FlushRealTimeService
-   and the checkpoint service do: the abnormal path starts near the end).
+   `old` flushes once early on and runs no background services (the checkpoint is older than every record
+   less the 3 s margin, so both recoveries validate and dispatch the whole store), `recent` runs them and
+   flushes every 500 ms (as FlushRealTimeService and the checkpoint service do: the abnormal path starts near
+   the end).
 2. A clean image: rmq opens a copy of it and closes it (abort file removed, checkpoint current).
 3. Each measured open runs in a fresh process on a fresh copy of an image (both rmq and RocketMQ rewrite
    files while recovering): `rmq.MessageStore(path)` (the whole Python open: validation with CRCs, the derived
@@ -51,7 +52,10 @@ def write(root: Path, size: int, every: float) -> None:
     import rmq
 
     tags = ["TagA", "TagB", "TagC", "TagD", "TagE"]
-    with rmq.MessageStore(root, rmq.StoreConfig(flush_disk_type="ASYNC_FLUSH")) as store:
+    # The old image runs no background services: their checkpoint writes (every second) would make it recent.
+    # Dispatch then runs in `wait_dispatched`, before the kill, as the reput service would have.
+    config = rmq.StoreConfig(flush_disk_type="ASYNC_FLUSH")
+    with rmq.MessageStore(root, config, start_services=every > 0) as store:
         i = 0
         flushed = False
         last_flush = time.monotonic()

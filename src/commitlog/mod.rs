@@ -134,6 +134,18 @@ impl CommitLog {
     /// Opens the log in `dir`, validating records from the last segment that starts with one, and settles
     /// the end as `recover` describes.
     pub fn open_with(dir: &Path, cfg: CommitLogConfig, opts: &RecoverOptions) -> Result<(Self, OpenReport)> {
+        Self::open_visiting(dir, cfg, opts, &mut |_| {})
+    }
+
+    /// [`CommitLog::open_with`], offering each record the log keeps from the recovery start on to `visit`, in
+    /// order, as the validating walk reads it (so a caller checks what it derives from the records without a
+    /// second read of the log). Records after the end found, or in a range a salvage skipped, are not offered.
+    pub fn open_visiting(
+        dir: &Path,
+        cfg: CommitLogConfig,
+        opts: &RecoverOptions,
+        visit: &mut dyn FnMut(&Record),
+    ) -> Result<(Self, OpenReport)> {
         let queue = Arc::new(FileQueue::load_in(opts.storage, dir, cfg.mapped_file_size_commit_log)?);
         let log = CommitLog {
             queue,
@@ -147,7 +159,7 @@ impl CommitLog {
             skips: RwLock::new(Vec::new()),
             pool: None,
         };
-        let report = log.recover(opts)?;
+        let report = log.recover(opts, visit)?;
         *log.lock_writer() = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
         log.flushed_where.store(report.end_offset, Ordering::Release);

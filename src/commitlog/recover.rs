@@ -35,12 +35,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::file_queue::FileQueue;
 use crate::message::decode::CheckOptions;
 use crate::message::RecordHeader;
 use crate::mmap::MappedFile;
 
 use super::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
-use super::CommitLog;
+use super::{CommitLog, Record};
 
 /// What opening does with damage inside the data (bytes a killed process cannot leave).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,8 +193,9 @@ enum Tail {
 }
 
 impl CommitLog {
-    /// Walks the log from the recovery start and settles its end (module docs).
-    pub(super) fn recover(&self, opts: &RecoverOptions) -> Result<OpenReport> {
+    /// Walks the log from the recovery start and settles its end (module docs). `visit` is offered each record
+    /// the log keeps, in order, while its bytes are at hand.
+    pub(super) fn recover(&self, opts: &RecoverOptions, visit: &mut dyn FnMut(&Record)) -> Result<OpenReport> {
         let files = self.queue.files();
         let path = if opts.unclean { RecoveryPath::Abnormal } else { RecoveryPath::Normal };
         let mut report = OpenReport { mode: opts.mode, path, ..OpenReport::default() };
@@ -202,6 +204,11 @@ impl CommitLog {
         let from = self.recovery_start(&files, opts);
         let start = files.get(from).map_or(0, |f| f.start());
         report.validated_from = start;
+        // Where the non-zero bytes end, from `start` on: what `classify` needs at the position the walk stops.
+        // The scan reads the zeros after the data (a pre-allocated segment's rest, as large as a good part of the
+        // walk), so on disk it runs beside the walk: the store's lock keeps writers out, and nothing changes the
+        // files before the walk stops. (In an overlay a live writer may append meanwhile: scanned when needed.)
+        let mut tail = TailScan::start(&self.queue, start, opts.storage == crate::mmap::Storage::Disk);
         let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
         let end = loop {
             let (p, file, reason) = match cursor.next() {
@@ -212,13 +219,17 @@ impl CommitLog {
                     let reason = "the record's topic or properties are zeros (a page lost in a power loss)".to_owned();
                     (r.offset(), r.file.clone(), reason)
                 }
-                Some(Step::Record(_) | Step::Blank { .. }) => continue,
+                Some(Step::Record(r)) => {
+                    visit(&r);
+                    continue;
+                }
+                Some(Step::Blank { .. }) => continue,
                 Some(Step::Missing { offset }) => break offset,
                 Some(Step::Zero { offset, file }) => (offset, file, "nothing was written here".to_owned()),
                 Some(Step::Partial { offset, file }) => (offset, file, "record is truncated".to_owned()),
                 Some(Step::Invalid { offset, file, reason, .. }) => (offset, file, reason),
             };
-            match self.classify(p, &file, opts) {
+            match self.classify(p, &file, opts, tail.nonzero_end(self, start).max(p)) {
                 Tail::Clean => break p,
                 Tail::Torn => {
                     report.stop_reason = Some(reason);
@@ -310,10 +321,10 @@ impl CommitLog {
     }
 
     /// Classifies the bytes from `p` (the first position that is neither a record nor a blank) to the end of
-    /// the last segment.
-    fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions) -> Tail {
+    /// the last segment. `nonzero_end`: [`CommitLog::last_nonzero_end`] at `p`.
+    fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions, nonzero_end: u64) -> Tail {
         let files = self.queue.files();
-        let nonzero_after = self.last_nonzero_end(p) > p;
+        let nonzero_after = nonzero_end > p;
         if !nonzero_after {
             return Tail::Clean;
         }
@@ -387,17 +398,7 @@ impl CommitLog {
     /// Only the data extents the filesystem reports are read ([`MappedFile::data_ranges`]): a segment's tail that
     /// was claimed and never written costs nothing.
     pub(crate) fn last_nonzero_end(&self, p: u64) -> u64 {
-        let mut end = p;
-        for f in self.queue.files().iter().filter(|f| f.end() > p) {
-            let from = (p.max(f.start()) - f.start()) as usize;
-            for (a, b) in f.data_ranges(from) {
-                let n = nonzero_extent(f.slice(a, b - a).unwrap_or_default());
-                if n > 0 {
-                    end = f.start() + (a + n) as u64;
-                }
-            }
-        }
-        end
+        last_nonzero_end_in(&self.queue, p)
     }
 
     /// Zeroes everything from `p` to the end of its segment and removes every later segment. Returns the
@@ -421,6 +422,55 @@ impl CommitLog {
         report.discarded_bytes += dirty as u64;
         report.removed_files += self.queue.remove_after(p) as u64;
         Ok(discarded)
+    }
+}
+
+/// [`CommitLog::last_nonzero_end`] over `queue`'s segments.
+fn last_nonzero_end_in(queue: &FileQueue, p: u64) -> u64 {
+    let mut end = p;
+    for f in queue.files().iter().filter(|f| f.end() > p) {
+        let from = (p.max(f.start()) - f.start()) as usize;
+        for (a, b) in f.data_ranges(from) {
+            let n = nonzero_extent(f.slice(a, b - a).unwrap_or_default());
+            if n > 0 {
+                end = f.start() + (a + n) as u64;
+            }
+        }
+    }
+    end
+}
+
+/// [`CommitLog::last_nonzero_end`] from a position, worked out on a thread of its own while the walk runs.
+struct TailScan(Option<std::thread::JoinHandle<u64>>, Option<u64>);
+
+impl TailScan {
+    /// Starts the scan from `from` on a thread if `beside`; otherwise it runs when asked.
+    fn start(queue: &Arc<FileQueue>, from: u64, beside: bool) -> Self {
+        if !beside {
+            return TailScan(None, None);
+        }
+        let queue = Arc::clone(queue);
+        let handle =
+            std::thread::Builder::new().name("rmq-tail-scan".into()).spawn(move || last_nonzero_end_in(&queue, from));
+        TailScan(handle.ok(), None)
+    }
+
+    /// `log.last_nonzero_end(from)`: the scan's result, or worked out here if the thread could not run.
+    fn nonzero_end(&mut self, log: &CommitLog, from: u64) -> u64 {
+        if let Some(end) = self.1 {
+            return end;
+        }
+        let end = self.0.take().and_then(|h| h.join().ok()).unwrap_or_else(|| log.last_nonzero_end(from));
+        self.1 = Some(end);
+        end
+    }
+}
+
+impl Drop for TailScan {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            let _ = h.join();
+        }
     }
 }
 

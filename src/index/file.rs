@@ -484,6 +484,13 @@ impl IndexFile {
         }
     }
 
+    /// The keyHash and commitlog offset of entry `n` (the check of entries against their records, in commitlog
+    /// order). `n` is meant to be in `1..indexCount` (the caller reads the header once); `None` only past the
+    /// end of the file.
+    pub fn entry_key(&self, n: i32) -> Option<(i32, i64)> {
+        self.entry(n).map(|e| (e.key_hash, e.phy_offset))
+    }
+
     /// Whether any entry of `key_hash`'s chain is for `key_hash` at `phy_offset` (the whole chain is walked,
     /// unlike [`IndexFile::contains`]): keys of a message split over two files by a roll.
     pub fn contains_anywhere(&self, key_hash: i32, phy_offset: i64) -> bool {

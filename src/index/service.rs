@@ -173,6 +173,12 @@ impl IndexService {
         self.list().iter().rev().find(|f| f.has_entries()).map(|f| f.end_phy_offset())
     }
 
+    /// The file [`IndexService::build_index`] writes to and its endPhyOffset: a message below that offset is
+    /// passed over as indexed already. `None` before the first file.
+    pub fn writing(&self) -> Option<(Arc<IndexFile>, i64)> {
+        self.lock_writer().as_ref().map(|f| (Arc::clone(f), f.end_phy_offset()))
+    }
+
     /// `buildIndex` (§7.5) for one dispatched message: puts `topic#UNIQ_KEY` and `topic#token` for each
     /// non-empty KEYS token, rolling to a new file when the current one is full. Messages below the last
     /// file's endPhyOffset are already indexed and skipped, ROLLBACK messages are never indexed.

@@ -142,15 +142,15 @@ fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// The properties dispatch needs, found in one pass (the last occurrence of a name wins, as in Java's map).
 #[derive(Debug, Default)]
-struct StoreProps<'a> {
-    tags: Option<&'a [u8]>,
-    keys: Option<&'a [u8]>,
-    uniq_key: Option<&'a [u8]>,
-    delay: Option<&'a [u8]>,
+pub(super) struct StoreProps<'a> {
+    pub tags: Option<&'a [u8]>,
+    pub keys: Option<&'a [u8]>,
+    pub uniq_key: Option<&'a [u8]>,
+    pub delay: Option<&'a [u8]>,
 }
 
 impl<'a> StoreProps<'a> {
-    fn of(blob: &'a [u8]) -> Self {
+    pub(super) fn of(blob: &'a [u8]) -> Self {
         let mut p = StoreProps::default();
         for (name, value) in properties::iter_raw(blob) {
             match name {

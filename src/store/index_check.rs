@@ -18,11 +18,12 @@
 
 use std::sync::Arc;
 
+use super::matching::IndexMatches;
 use super::{record_has_key, MessageStore};
 use crate::commitlog::cursor::{find_valid_record, Step};
 use crate::commitlog::{CommitLog, Record};
 use crate::error::Result;
-use crate::index::{hash_continue, key_hash_from, Candidate, IndexFile, IndexRequest, IndexService};
+use crate::index::{hash_continue, key_hash_from, Candidate, IndexDamage, IndexFile, IndexRequest, IndexService};
 use crate::java::decode_utf8_lossy;
 use crate::message::properties::{self, keys};
 use crate::message::TransactionType;
@@ -74,17 +75,30 @@ impl Keys {
 pub(super) fn key_hashes(rec: &Record) -> Vec<i32> {
     let bytes = rec.bytes();
     let h = &rec.header;
-    let topic = decode_utf8_lossy(h.topic(bytes));
-    let topic_hash = hash_continue(0, &topic);
     let props = h.properties(bytes);
     let mut out = Vec::new();
-    if let Some(u) = properties::get_raw(props, keys::UNIQ_KEY) {
+    key_hashes_into(
+        topic_hash(h.topic(bytes)),
+        properties::get_raw(props, keys::UNIQ_KEY),
+        properties::get_raw(props, keys::KEYS),
+        &mut out,
+    );
+    out
+}
+
+/// The hash a topic's keys are hashed on from (`topic_hash` of [`key_hash_from`]).
+pub(super) fn topic_hash(topic: &[u8]) -> i32 {
+    hash_continue(0, &decode_utf8_lossy(topic))
+}
+
+/// [`key_hashes`] from a record's topic hash and its UNIQ_KEY and KEYS values, appended to `out`.
+pub(super) fn key_hashes_into(topic_hash: i32, uniq_key: Option<&[u8]>, keys: Option<&[u8]>, out: &mut Vec<i32>) {
+    if let Some(u) = uniq_key {
         out.push(key_hash_from(topic_hash, &decode_utf8_lossy(u)));
     }
-    if let Some(k) = properties::get_raw(props, keys::KEYS) {
+    if let Some(k) = keys {
         out.extend(decode_utf8_lossy(k).split(' ').filter(|t| !t.is_empty()).map(|t| key_hash_from(topic_hash, t)));
     }
-    out
 }
 
 /// Whether one of the record's index keys (its UNIQ_KEY, each non-empty KEYS token) has the stored keyHash
@@ -249,13 +263,17 @@ fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64
 /// the checkpoint's `indexMsgTimestamp`. A file rolled before the newest (full, and flushed when it was rolled)
 /// whose endTimestamp is at or before it is kept as it is, not read at all: RocketMQ keeps those files after a
 /// crash and deletes the newer ones (§7.5); rmq checks the newer ones and rebuilds what fails. (A trusted file
-/// damaged by something other than the crash is still found by the first query that reads it.) Returns what was
-/// rebuilt and why, one line per file or range, and how many files were trusted.
+/// damaged by something other than the crash is still found by the first query that reads it.) `walked`: the
+/// open's walk from `restart`; a file whose checked entries it matched whole needs no per-entry check.
+/// `pre_verified`: a file's [`IndexFile::verify`], already worked out (the file unchanged since). Returns
+/// what was rebuilt and why, one line per file or range, and how many files were trusted.
 pub(super) fn check_at_open(
     index: &IndexService,
     log: &CommitLog,
     restart: Option<u64>,
     trusted_to: Option<i64>,
+    walked: Option<&IndexMatches>,
+    pre_verified: Option<(&Arc<IndexFile>, &std::result::Result<(), IndexDamage>)>,
 ) -> Result<(Vec<String>, u64)> {
     let mut rebuilt = Vec::new();
     // A rebuild that fails (a full disk) is reported and the open goes on: a query tries again later.
@@ -291,8 +309,13 @@ pub(super) fn check_at_open(
             if !f.has_entries() || trusted(&files, at) {
                 continue;
             }
-            let found = match f.verify() {
+            let verified = match pre_verified {
+                Some((pf, r)) if Arc::ptr_eq(pf, f) => r.clone(),
+                _ => f.verify(),
+            };
+            let found = match verified {
                 Err(d) => Some((d.offset, d.reason)),
+                Ok(()) if walked.is_some_and(|w| w.verified(f)) => None,
                 Ok(()) => check_entries(f, log, restart),
             };
             match found {

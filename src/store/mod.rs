@@ -5,6 +5,7 @@ pub mod clean;
 pub mod dispatch;
 pub mod get;
 mod index_check;
+mod matching;
 pub mod open;
 pub mod services;
 pub mod validate;
@@ -165,9 +166,12 @@ pub struct MessageStore {
 /// What opening did to the derived files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
-    /// Where dispatch restarted (commitlog offset).
+    /// Where dispatch restarted (commitlog offset). After a crash, the records from here on that the validating
+    /// walk found in their consume queues and the index already are passed over, as dispatch would write nothing
+    /// for them.
     pub dispatched_from: u64,
-    /// Records dispatched while opening (already-present entries are skipped, so this may exceed what changed).
+    /// Records dispatched while opening (already-present entries are skipped, so this may exceed what changed);
+    /// records passed over after a crash (`dispatched_from`) are not counted.
     pub redispatched_records: u64,
     /// Consume-queue entries written while opening.
     pub rebuilt_cq_entries: u64,

@@ -12,12 +12,19 @@
 //! recovery starts (and where the commitlog's walk started, `commitlog::recover`), so pages of derived files
 //! lost by a power loss are written again. Queue offsets are then taken from the queues, so a queue
 //! offset is never handed out twice.
+//!
+//! After a crash the checks cost no second read of the log: the commitlog's validating walk offers each record
+//! it keeps to `matching`, which compares the consume-queue entry and index entries the record should have
+//! with what the files hold. A queue or index file matched whole needs no per-entry check (random reads of the
+//! log); any other is checked entry by entry as before. Dispatch then passes over the records the walk found in
+//! place, provided nothing changed the queues or the index since (a repair, a cut tail).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64};
 use std::sync::{Condvar, Mutex};
 
 use super::dispatch::ConsumeQueueStore;
+use super::matching::{entry_names_record, tags_code, IndexMatches, Matches, QueueMatches};
 use super::{IssueLog, MessageStore, QueueTable, RecoveryReport, State};
 use crate::checkpoint::{AbortFile, LockFile, StoreCheckpoint};
 use crate::commitlog::{CommitLog, RecoverOptions, RecoveryMode};
@@ -26,8 +33,6 @@ use crate::consume_queue::ConsumeQueue;
 use crate::error::{Error, Result};
 use crate::index::IndexService;
 use crate::message::ids::UniqIdGenerator;
-use crate::message::properties;
-use crate::message::tags::tags_code_of;
 use crate::mmap::Storage;
 
 /// How to open a store.
@@ -103,19 +108,41 @@ impl MessageStore {
             index_safe_timestamp,
             storage,
         };
-        let (mut commitlog, open_report) =
-            CommitLog::open_with(&root.join("commitlog"), config.commit_log.clone(), &recover)?;
+        let delay_levels = crate::message::tags::parse_delay_levels(&config.dispatch.message_delay_level);
+        let durable_ts = cp.logics_msg_timestamp.min(cp.physic_msg_timestamp);
+        // After a crash the consume-queue and index entries written since the checkpoint are matched against
+        // their records as the validating walk reads them; only a queue or an index file it does not match whole
+        // is checked entry by entry (`verify_tail`, `index_check::check_at_open`).
+        let mut matches = unclean_shutdown.then(|| {
+            Matches::new(
+                QueueMatches::new(queues.all(), durable_ts),
+                index.as_ref().map(|ix| (ix, IndexMatches::new(ix.files().into_iter().filter(|f| f.has_entries())))),
+            )
+        });
+        // The newest index file's slots and chains are checked after a crash (`index_check::check_at_open`);
+        // nothing changes the file before that check, so on disk (no live writer) it runs beside the walk.
+        let newest_index = match &index {
+            Some(ix) if unclean_shutdown && storage == Storage::Disk => ix.files().pop().filter(|f| f.has_entries()),
+            _ => None,
+        };
+        let (opened, newest_verified) = std::thread::scope(|scope| {
+            let verifying = newest_index.as_ref().map(|f| scope.spawn(move || f.verify()));
+            let mut visit = |rec: &crate::commitlog::Record| {
+                if let Some(m) = &mut matches {
+                    m.record(rec, &delay_levels);
+                }
+            };
+            let opened =
+                CommitLog::open_visiting(&root.join("commitlog"), config.commit_log.clone(), &recover, &mut visit);
+            (opened, verifying.and_then(|h| h.join().ok()))
+        });
+        let (mut commitlog, open_report) = opened?;
         let transient_store_pool = if options.read_only { None } else { attach_pool(&mut commitlog, &config)? };
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
         let abort = if options.read_only { None } else { Some(AbortFile::create(root)?) };
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
-        let delay_levels = crate::message::tags::parse_delay_levels(&config.dispatch.message_delay_level);
-        let durable_ts = {
-            let v = checkpoint.values();
-            v.logics_msg_timestamp.min(v.physic_msg_timestamp)
-        };
         let mut recovery = RecoveryReport {
             skipped_dirs,
             transient_store_pool,
@@ -133,9 +160,21 @@ impl MessageStore {
         let mut at_boundary = Vec::new();
         for cq in queues.all() {
             cq.truncate_dirty(end as i64)?;
+        }
+        let restart =
+            unclean_shutdown.then(|| checkpoint_restart(&commitlog, start_timestamp.min(index_safe_timestamp)));
+        // The walk's verdicts hold for what the per-entry checks look at only if it began at or before `restart`.
+        let walked = matches.as_ref().filter(|m| restart.is_some_and(|r| m.covers(r)));
+        let walked_queues = walked.map(|m| &m.queues);
+        let walked_index = walked.and_then(|m| m.index.as_ref());
+        for cq in queues.all() {
             let hole = holes.iter().any(|h| std::sync::Arc::ptr_eq(h, &cq));
             let disorder = cq.first_disorder(end as i64);
-            let tail = verify_tail(&cq, &commitlog, durable_ts, &delay_levels);
+            let tail = if walked_queues.is_some_and(|w| w.tail_verified(&cq, min as i64)) {
+                None
+            } else {
+                verify_tail(&cq, &commitlog, durable_ts, &delay_levels)
+            };
             let bad = match (disorder, tail) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -175,11 +214,11 @@ impl MessageStore {
             ));
         }
         let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
-        let restart =
-            unclean_shutdown.then(|| checkpoint_restart(&commitlog, start_timestamp.min(index_safe_timestamp)));
         if let Some(index) = &index {
             let trusted_to = unclean_shutdown.then_some(cp.index_msg_timestamp);
-            let (rebuilt, trusted) = super::index_check::check_at_open(index, &commitlog, restart, trusted_to)?;
+            let pre_verified = newest_index.as_ref().zip(newest_verified.as_ref());
+            let (rebuilt, trusted) =
+                super::index_check::check_at_open(index, &commitlog, restart, trusted_to, walked_index, pre_verified)?;
             recovery.rebuilt_index_files = rebuilt;
             recovery.index_files_trusted = trusted;
             let indexed = match index.last_indexed_offset() {
@@ -203,8 +242,17 @@ impl MessageStore {
             recovery.checkpoint_restart = Some(restart);
             from = from.min(restart);
         }
-        let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
         recovery.dispatched_from = from;
+        // Records the walk found in their queues and the index already are passed over: dispatch writes nothing
+        // for them (with nothing skipped by a salvage, the walk met every record dispatch would).
+        let (reput, passed_timestamp) = match matches.as_ref().filter(|_| open_report.damage.is_empty()) {
+            Some(m) => match m.dispatch_from(from, end, &queues, index.as_ref()) {
+                Some((to, ts)) => (to, (to >= end).then_some(ts)),
+                None => (from, None),
+            },
+            None => (from, None),
+        };
+        let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
         let mut store = MessageStore {
             root: root.to_owned(),
             max_message_size: AtomicI32::new(config.commit_log.max_message_size),
@@ -218,8 +266,8 @@ impl MessageStore {
             queues,
             index,
             delay_levels,
-            reput: Mutex::new(from),
-            reput_offset: AtomicU64::new(from),
+            reput: Mutex::new(reput),
+            reput_offset: AtomicU64::new(reput),
             dispatched: Condvar::new(),
             dispatched_lock: Mutex::new(()),
             arrival_seq: AtomicU64::new(0),
@@ -227,7 +275,7 @@ impl MessageStore {
             group_commit: Default::default(),
             commit_state: Default::default(),
             checkpoint,
-            dispatched_timestamp: AtomicI64::new(0),
+            dispatched_timestamp: AtomicI64::new(passed_timestamp.unwrap_or(0)),
             appended_timestamp: AtomicI64::new(0),
             flushed_timestamp: AtomicI64::new(0),
             recovery,
@@ -310,25 +358,9 @@ fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels
             break;
         }
         let record = log.read(e.offset.max(0) as u64).ok().flatten();
-        let ok_ts = record.as_ref().and_then(|r| {
-            let bytes = r.bytes();
-            let h = &r.header;
-            let props = h.properties(bytes);
-            let code = tags_code_of(
-                h.topic(bytes),
-                properties::get_raw(props, properties::keys::TAGS),
-                properties::get_raw(props, properties::keys::DELAY),
-                h.store_timestamp,
-                delay_levels,
-            )
-            .ok()?;
-            let same = h.total_size == e.size
-                && h.queue_id == cq.queue_id()
-                && h.queue_offset == q as i64
-                && h.topic(bytes) == cq.topic().as_bytes()
-                && code == e.tags_code;
-            same.then_some(h.store_timestamp)
-        });
+        let ok_ts = record
+            .filter(|r| entry_names_record(cq, q, &e, r, tags_code(r, delay_levels)))
+            .map(|r| r.header.store_timestamp);
         match ok_ts {
             None => bad = Some(q),
             Some(ts) if ts < durable_ts => break,

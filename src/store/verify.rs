@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use super::dispatch::ConsumeQueueStore;
 use super::index_check::key_hashes;
+use super::matching::{tags_code, QueueMatches};
 use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
@@ -109,11 +110,11 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     rep.segments = log.queue().files().len();
     let size = config.consume_queue.mapped_file_size_consume_queue;
     let (queues, skipped) = ConsumeQueueStore::load_in(Storage::Overlay, &root.join("consumequeue"), size)?;
-    let mut seen = QueueMatches::default();
-    for cq in queues.all() {
+    let all = queues.all();
+    for cq in &all {
         cq.recover()?;
-        seen.add(cq);
     }
+    let mut seen = QueueMatches::new(all, i64::MIN);
     let delay_levels = crate::message::tags::parse_delay_levels(&config.dispatch.message_delay_level);
     let walk = walk_log(log, &mut rep, &mut seen, &delay_levels);
     let open = store.open_report();
@@ -165,7 +166,7 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport, seen: &mut QueueMatches, del
             Some(Step::Record(rec)) => {
                 rep.records += 1;
                 rep.record_bytes += u64::from(rec.header.total_size.unsigned_abs());
-                seen.record(&rec, delay_levels);
+                seen.record(&rec, tags_code(&rec, delay_levels));
                 if !breaks.is_empty() {
                     let topic = decode_utf8_lossy(rec.header.topic(rec.bytes())).into_owned();
                     for b in &mut breaks {
@@ -194,58 +195,6 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport, seen: &mut QueueMatches, del
     breaks
 }
 
-/// Consume queues by (topic, queue id), and how many of each queue's entries the walk found to name their record
-/// exactly (offset, size, tagsCode, at the record's queue offset).
-#[derive(Default)]
-struct QueueMatches {
-    queues: Vec<(std::sync::Arc<crate::consume_queue::ConsumeQueue>, u64)>,
-    by_key: std::collections::HashMap<(Vec<u8>, i32), usize>,
-    last: Option<usize>,
-}
-
-impl QueueMatches {
-    fn add(&mut self, cq: std::sync::Arc<crate::consume_queue::ConsumeQueue>) {
-        self.by_key.insert((cq.topic().as_bytes().to_vec(), cq.queue_id()), self.queues.len());
-        self.queues.push((cq, 0));
-    }
-
-    /// Counts the record's consume-queue entry if it names the record exactly.
-    fn record(&mut self, rec: &crate::commitlog::Record, delay_levels: &[i64]) {
-        let h = &rec.header;
-        if !matches!(
-            h.transaction_type(),
-            crate::message::TransactionType::NotType | crate::message::TransactionType::Commit
-        ) || h.queue_offset < 0
-        {
-            return;
-        }
-        let bytes = rec.bytes();
-        let topic = h.topic(bytes);
-        let hit = self.last.filter(|&i| {
-            let cq = &self.queues[i].0;
-            cq.queue_id() == h.queue_id && cq.topic().as_bytes() == topic
-        });
-        let Some(i) = hit.or_else(|| self.by_key.get(&(topic.to_vec(), h.queue_id)).copied()) else { return };
-        self.last = Some(i);
-        let cq = &self.queues[i].0;
-        let Some(e) = cq.entry(h.queue_offset as u64) else { return };
-        if e.offset != rec.offset() as i64 || e.size != h.total_size {
-            return;
-        }
-        let props = h.properties(bytes);
-        let code = tags_code_of(
-            topic,
-            properties::get_raw(props, keys::TAGS),
-            properties::get_raw(props, keys::DELAY),
-            h.store_timestamp,
-            delay_levels,
-        );
-        if code.ok() == Some(e.tags_code) {
-            self.queues[i].1 += 1;
-        }
-    }
-}
-
 /// Every entry of every queue on disk against its record: a queue whose every entry the walk matched is done;
 /// the others are checked entry by entry, to name the first bad one.
 fn check_queues(
@@ -266,13 +215,13 @@ fn check_queues(
     }
     let log_min = log.min_offset() as i64;
     let end = log.max_offset() as i64;
-    for (cq, matched) in &seen.queues {
+    for (cq, matched) in seen.matched() {
         let (min, max) = (cq.min_offset(), cq.max_offset());
         let expected = (min..max)
             .filter_map(|q| cq.entry(q))
             .filter(|e| !(e.is_pre_blank() || (0..log_min).contains(&e.offset)))
             .count() as u64;
-        if expected == *matched {
+        if expected == matched {
             rep.cq_entries += (min..max).filter_map(|q| cq.entry(q)).filter(|e| !e.is_pre_blank()).count() as u64;
             continue;
         }
