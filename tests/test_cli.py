@@ -347,3 +347,39 @@ def test_describe_writes_hosts_as_address_bytes() -> None:
     assert host_hex("10.0.0.2:10911") == "0A000002:10911"
     assert host_hex("[2001:db8::2]:10911") == "20010DB8000000000000000000000002:10911"
     assert host_hex("[::ffff:127.0.0.1]:1") == "00000000000000000000FFFF7F000001:1"
+
+
+def test_describe_lists_the_index_as_a_read_only_open_holds_it(tmp_path: Path) -> None:
+    """After a crash a read-only open rebuilds a damaged newest index file in memory, possibly into more files
+    than the disk has (the range to the end of the log overflows one file): `rmq describe` reports the
+    headers the store holds rather than reading names off the disk that are not there (as a live broker's
+    store is read mid-write), and writes nothing."""
+    store_dir = tmp_path / "store"
+    config = rmq.StoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=160,
+        max_hash_slot_num=64,
+        max_index_num=128,
+    )
+    with rmq.MessageStore(store_dir, config) as store:
+        for i in range(300):
+            store.put("T", b"x" * 50, keys=[f"k{i}"])
+        assert store.wait_dispatched(30)
+    files = sorted((store_dir / "index").iterdir())
+    assert len(files) >= 4
+    files[-1].unlink()
+    data = bytearray(files[-2].read_bytes())
+    entries_at = 40 + 4 * 64 + 20
+    data[entries_at:] = bytes(len(data) - entries_at)
+    files[-2].write_bytes(bytes(data))
+    (store_dir / "abort").write_bytes(b"")
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in store_dir.rglob("*") if p.is_file()}
+    proc = rmq_cli("describe", store_dir, "--json")
+    assert proc.returncode == 0, proc.stderr
+    head = json.loads(proc.stdout.splitlines()[0])
+    with rmq.MessageStore(store_dir, config, read_only=True) as ro:
+        held = [name for name, *_ in ro.index_file_headers()]
+        assert ro.recovery_report["rebuilt_index_files"], "the damaged file was rebuilt in memory"
+    assert [f["name"] for f in head["indexFiles"]] == held
+    assert len(held) > len(files) - 1, "the rebuild rolled into a file that is only in memory"
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in store_dir.rglob("*") if p.is_file()} == before

@@ -23,7 +23,6 @@ __all__ = ["describe", "host_hex", "properties_string", "run_describe"]
 
 _BORN_V6 = 1 << 4
 _STORE_V6 = 1 << 5
-_INDEX_HEADER = struct.Struct(">qqqqii")
 _READ_GROUP = "interop"
 
 
@@ -80,19 +79,11 @@ def _message(m: rmq.MessageExt) -> dict[str, Any]:
     }
 
 
-def _index_header(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        head = f.read(_INDEX_HEADER.size)
-    begin_ts, end_ts, begin_phy, end_phy, slots, count = _INDEX_HEADER.unpack(head)
-    return {
-        "name": path.name,
-        "beginTimestamp": begin_ts,
-        "endTimestamp": end_ts,
-        "beginPhyOffset": begin_phy,
-        "endPhyOffset": end_phy,
-        "hashSlotCount": slots,
-        "indexCount": count,
-    }
+def _index_headers(store: rmq.MessageStore) -> list[dict[str, Any]]:
+    """The index files' headers as the store holds them: a file a read-only open rebuilt in memory (a live
+    broker's newest file, read mid-write) is not on disk under that name."""
+    fields = ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount")
+    return [{"name": name, **dict(zip(fields, rest, strict=True))} for name, *rest in store.index_file_headers()]
 
 
 def _reads(store: rmq.MessageStore, topic: str, queue_id: int, start: int, max_offset: int) -> list[dict[str, Any]]:
@@ -121,7 +112,6 @@ def _reads(store: rmq.MessageStore, topic: str, queue_id: int, start: int, max_o
 
 def describe(store: rmq.MessageStore) -> Iterator[dict[str, Any]]:
     """The canonical description of an open store, object by object (store, messages, queues, keys, times)."""
-    root = Path(store.path)
     queues = [(t, q) for t in sorted(store.topics()) for q in sorted(store.queue_ids(t))]
     yield {
         "type": "store",
@@ -131,7 +121,7 @@ def describe(store: rmq.MessageStore) -> Iterator[dict[str, Any]]:
         "consumeQueueFiles": {
             f"{t}/{q}": sorted(Path(p).name for p in store.consume_queue_files(t, q)) for t, q in queues
         },
-        "indexFiles": [_index_header(root / "index" / n) for n in sorted(Path(p).name for p in store.index_files())],
+        "indexFiles": _index_headers(store),
     }
     keys: set[tuple[str, str]] = set()
     for m in store.scan(store.min_offset):

@@ -810,6 +810,23 @@ impl MessageStore {
         self.inner.index().map(|i| i.file_paths()).unwrap_or_default()
     }
 
+    /// Each index file's name and header as the store holds it (oldest first): (name, beginTimestamp,
+    /// endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount). A read-only store's file rebuilt
+    /// in memory (the repair a writable open would make) is there too, though not on disk.
+    fn index_file_headers(&self) -> Vec<(String, i64, i64, i64, i64, i32, i32)> {
+        let Some(index) = self.inner.index() else { return Vec::new() };
+        index
+            .files()
+            .iter()
+            .map(|f| {
+                let h = f.header();
+                let (begin_ts, end_ts, begin_phy, end_phy) =
+                    (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset);
+                (f.name(), begin_ts, end_ts, begin_phy, end_phy, h.hash_slot_count, h.index_count)
+            })
+            .collect()
+    }
+
     /// Segment files of the commitlog, in offset order.
     fn commitlog_files(&self) -> Vec<PathBuf> {
         self.inner.commitlog().queue().files().iter().map(|f| f.path().to_owned()).collect()
