@@ -381,5 +381,9 @@ def test_describe_lists_the_index_as_a_read_only_open_holds_it(tmp_path: Path) -
         held = [name for name, *_ in ro.index_file_headers()]
         assert ro.recovery_report["rebuilt_index_files"], "the damaged file was rebuilt in memory"
     assert [f["name"] for f in head["indexFiles"]] == held
+    dump = rmq_cli("dump", store_dir, "--index")
+    assert dump.returncode == 0, dump.stderr
+    dumped = {Path(json.loads(line)["index_file"]).name for line in dump.stdout.splitlines()}
+    assert dumped == {p.name for p in files[:-1]}, "the files on disk, as they are"
     assert len(held) > len(files) - 1, "the rebuild rolled into a file that is only in memory"
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in store_dir.rglob("*") if p.is_file()} == before

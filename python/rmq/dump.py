@@ -70,8 +70,9 @@ def cq_lines(store: rmq.MessageStore) -> Iterator[dict[str, Any]]:
 
 
 def index_lines(store: rmq.MessageStore, config: rmq.StoreConfig) -> Iterator[dict[str, Any]]:
-    """Each index file's header, then its entries oldest first (number, keyHash, commitlog offset)."""
-    for path in sorted(str(p) for p in store.index_files()):
+    """Each index file's header, then its entries oldest first (number, keyHash, commitlog offset), as on disk:
+    a file that a read-only open rebuilt only in memory has no bytes there to dump."""
+    for path in sorted(str(p) for p in store.index_files() if Path(p).exists()):
         header, entries = _native.index_file_entries(path, config.max_hash_slot_num, config.max_index_num)
         yield {"index_file": path, **header}
         for n, key_hash, offset in reversed(entries):
