@@ -114,7 +114,7 @@ impl MessageStore {
             return Ok(0);
         }
         if let Err(e) = self.commitlog.flush_range(from, target) {
-            *self.state() = State::Poisoned(e.to_string());
+            self.poison(&e);
             gc.notify();
             return Err(e);
         }
@@ -178,7 +178,7 @@ impl MessageStore {
                 PutMessageStatus::PutOk
             }
             Err(e) => {
-                *self.state() = State::Poisoned(e.to_string());
+                self.poison(&e);
                 PutMessageStatus::FlushDiskTimeout
             }
         }
