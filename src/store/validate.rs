@@ -43,9 +43,21 @@ pub fn is_not_allowed_send_topic(topic: &str) -> bool {
     NOT_ALLOWED.contains(&topic)
 }
 
-/// The topic rules: not blank, only `[%|a-zA-Z0-9_-]` (so never a path), at most 127 chars (255 for retry
-/// and DLQ topics), and not one of the topics producers may not send to.
+/// The topic rules for producers: [`check_topic_name`], and not one of the topics producers may not send to.
 pub fn check_topic(topic: &str) -> Result<()> {
+    check_topic_name(topic)?;
+    if is_not_allowed_send_topic(topic) {
+        return Err(Error::InvalidTopic {
+            topic: topic.to_owned(),
+            reason: "this system topic does not accept messages from producers".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The rules every stored topic follows, system topics included: not blank, only `[%|a-zA-Z0-9_-]` (so never
+/// a path), at most 127 chars (255 for retry and DLQ topics).
+pub fn check_topic_name(topic: &str) -> Result<()> {
     let bad = |reason: String| Err(Error::InvalidTopic { topic: topic.to_owned(), reason });
     if topic.trim().is_empty() {
         return bad("the topic is blank".into());
@@ -57,9 +69,6 @@ pub fn check_topic(topic: &str) -> Result<()> {
     let limit = if retry { RETRY_TOPIC_MAX_LEN } else { TOPIC_MAX_LEN };
     if topic.len() > limit {
         return bad(format!("{} characters, the limit is {limit}", topic.len()));
-    }
-    if is_not_allowed_send_topic(topic) {
-        return bad("this system topic does not accept messages from producers".into());
     }
     Ok(())
 }
