@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets retention
+.PHONY: wheel cluster-readme spark-stream-soak bench-spark-stream bench-compare bench-delay bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets retention
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -58,8 +58,24 @@ RETENTION_SEGMENTS ?= 1200
 retention:
 	RMQ_RETENTION_SEGMENTS=$(RETENTION_SEGMENTS) cargo test --release --quiet --test retention the_service -- --nocapture
 
+# The wheel clusters install: manylinux2014 (glibc 2.17), linked by zig from PyPI (ziglang) instead of a
+# manylinux container, stripped (the release profile); tests/wheel_check.py asks auditwheel and reads the ELF.
+WHEEL_DIR := target/wheels
+wheel: $(VENV)/.deps
+	rm -f $(WHEEL_DIR)/rmq-*.whl
+	$(VENV)/bin/maturin build --release --zig --compatibility manylinux2014 --out $(WHEEL_DIR) --quiet
+	$(PY) tests/wheel_check.py $(WHEEL_DIR)/rmq-*.whl
+
+# README's "Spark on a cluster" commands run as written with that wheel, against a standalone master and two
+# workers on loopback (about 2 minutes; `make test` runs tests/test_readme_cluster.py, which parses them).
+cluster-readme: build wheel
+	RMQ_WHEEL_DIR=$(WHEEL_DIR) $(PY) -m pytest -q tests/readme_cluster.py
+
+# Two worker processes: most tests wait on child processes, JVMs, fsyncs or Spark, so two halve the wall time
+# even on two cores. A module's tests stay in one worker (module fixtures such as the Spark cluster are shared).
+PYTEST_WORKERS ?= 2
 py-test: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 test: lint rust-test py-test
 
@@ -95,6 +111,27 @@ bench-pool:
 # clean shutdown (benches/recovery_bench.py; needs Java 17 and Maven; drops the page cache when root).
 bench-recovery: build
 	$(PY) benches/recovery_bench.py
+
+# rmq from Python and Rust against RocketMQ 5.3.1's DefaultMessageStore, side by side: puts (ASYNC and
+# SYNC_FLUSH), dispatch, drains, key queries, recovery after kill -9; the machine's limits; SQLite, LMDB,
+# persist-queue and litequeue from Python; JSON and PNG charts (benches/compare/run.py; needs Java 17 and
+# Maven). COMPARE_ARGS=--quick for a small smoke run, COMPARE_ARGS="--charts-only X.json" to redraw charts.
+bench-compare: build
+	$(PY) benches/compare/run.py $(COMPARE_ARGS)
+
+# The streaming source against the batch sources on one store, rows/s with local[2] (benches/spark_stream_bench.py).
+bench-spark-stream: build
+	$(PY) benches/spark_stream_bench.py
+
+# The streaming exactly-once test at length: a writer rolls small segments for SOAK_SECONDS while the query is
+# stopped and restarted from its checkpoint over and over (`make test` runs it for a few seconds).
+SOAK_SECONDS ?= 180
+spark-stream-soak: build
+	RMQ_STREAM_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest -q -s --timeout 1800 tests/test_spark_stream.py -k exactly_once
+
+# Lateness of delayed deliveries by the schedule service (p50/p99/max, early and missing counts).
+bench-delay: build
+	$(PY) benches/delay_lateness.py
 
 # Regenerates the committed store written by Apache RocketMQ and its description (tests/interop/README.md).
 HARNESS := tests/interop/harness

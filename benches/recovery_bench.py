@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import maven  # benches/maven.py
+
 HERE = Path(__file__).resolve().parent
 JAVA_PROJECT = HERE / "recovery_java"
 GIB = 1 << 30
@@ -82,7 +84,8 @@ def write(root: Path, size: int, every: float) -> None:
         time.sleep(3600)
 
 
-def build_crashed(image: Path, size: int, every: float) -> None:
+def build_crashed(image: Path, size: int, every: float) -> tuple[int, int]:
+    """Writes the image (see `write`) and kills its writer; returns (commitlog bytes, messages)."""
     shutil.rmtree(image, ignore_errors=True)
     child = subprocess.Popen(
         [sys.executable, __file__, "write", str(image), str(size), str(every)], stdout=subprocess.PIPE, text=True
@@ -95,18 +98,22 @@ def build_crashed(image: Path, size: int, every: float) -> None:
         raise SystemExit(f"the writer failed: {line!r}")
     (image / "lock").unlink(missing_ok=True)
     assert (image / "abort").exists()
+    _, max_offset, messages = line.split()
+    return int(max_offset), int(messages)
 
 
 def open_rmq(root: Path) -> None:
     """The measured rmq open (child process): prints the recovery report and the wall time."""
     import rmq
 
+    c0 = time.process_time()
     t0 = time.perf_counter()
     store = rmq.MessageStore(root, rmq.StoreConfig(flush_disk_type="ASYNC_FLUSH"))
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     r = store.recovery_report
     out = {k: r[k] for k in ("path", "start_offset", "validated_bytes", "validate_seconds", "open_seconds")}
-    out.update(wall_seconds=wall, max_offset=store.max_offset, redispatched=r["redispatched_records"])
+    out.update(wall_seconds=wall, cpu_seconds=cpu, max_offset=store.max_offset, redispatched=r["redispatched_records"])
     print(json.dumps(out), flush=True)
     os._exit(0)  # not closed: the copy is thrown away
 
@@ -154,17 +161,6 @@ def rocketmq_start(image: Path, clean: bool) -> int:
     return int(segs[0].name)
 
 
-def java_classpath() -> str:
-    target = JAVA_PROJECT / "target"
-    cp_file = target / "classpath.txt"
-    subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(JAVA_PROJECT / "pom.xml"), "package", "dependency:build-classpath",
-         f"-Dmdep.outputFile={cp_file}"],
-        check=True,
-    )  # fmt: skip
-    return f"{target / 'classes'}{os.pathsep}{cp_file.read_text().strip()}"
-
-
 def run(cmd: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -195,7 +191,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", f"import rmq; rmq.MessageStore({str(clean)!r}).close()"], check=True)
         (clean / "lock").unlink(missing_ok=True)
         assert not (clean / "abort").exists()
-    classpath = java_classpath()
+    classpath = maven.classpath(JAVA_PROJECT)
     can_drop = os.geteuid() == 0 and os.environ.get("RMQ_BENCH_RECOVERY_COLD", "1") != "0"
     store_bytes = sum(s.stat().st_size for s in segments(crashed))
     print(f"# store: {len(segments(crashed))} segments, {store_bytes / GIB:.2f} GiB of segment files", flush=True)

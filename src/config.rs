@@ -272,6 +272,19 @@ settings! {
         broker_cluster_name ("brokerClusterName"): Option<String> = Some("DefaultCluster".to_owned()),
     }
 
+    /// Transactional messages (`BrokerConfig`): the half-message check.
+    #[derive(Debug, Clone)]
+    pub struct TransactionConfig in transaction {
+        /// ms a half message waits before its first check (`CHECK_IMMUNITY_TIME_IN_SECONDS` may lengthen it).
+        transaction_time_out ("transactionTimeOut"): u64 = 6_000,
+        /// Checks of one half message before it is discarded into `TRANS_CHECK_MAX_TIME_TOPIC`.
+        transaction_check_max ("transactionCheckMax"): i32 = 15,
+        /// ms between check rounds.
+        transaction_check_interval ("transactionCheckInterval"): u64 = 30_000,
+        /// Refuse half messages (a put with `TRAN_MSG=true`).
+        reject_transaction_message ("rejectTransactionMessage"): bool = false,
+    }
+
     /// Consume-queue settings.
     #[derive(Debug, Clone)]
     pub struct ConsumeQueueConfig in consume_queue {
@@ -377,6 +390,17 @@ settings! {
         wake_commit_when_put_message ("wakeCommitWhenPutMessage"): bool = true,
     }
 
+    /// The schedule service (`ScheduleMessageService`: delay levels, `config/delayOffset.json`).
+    #[derive(Debug, Clone)]
+    pub struct ScheduleConfig in schedule {
+        /// Ms between two persists of `config/delayOffset.json` (the first one interval after the service
+        /// starts; one more on stop). A killed process re-delivers at most what it delivered since the last one.
+        flush_delay_offset_interval ("flushDelayOffsetInterval"): u64 = 10_000,
+        /// `BrokerConfig.delayOffsetUpdateVersionStep`: the file's data version advances once every this many
+        /// offset updates.
+        delay_offset_update_version_step ("delayOffsetUpdateVersionStep"): u64 = 200,
+    }
+
     /// Expired-file cleanup (`CleanCommitLogService`, `CleanConsumeQueueService`; spec §14).
     #[derive(Debug, Clone)]
     pub struct CleanConfig in clean {
@@ -480,6 +504,8 @@ pub struct StoreConfig {
     pub commit_log: CommitLogConfig,
     /// Broker identity.
     pub broker: BrokerConfig,
+    /// Transactional messages.
+    pub transaction: TransactionConfig,
     /// Consume-queue settings.
     pub consume_queue: ConsumeQueueConfig,
     /// Index file sizes and the query cap.
@@ -496,6 +522,8 @@ pub struct StoreConfig {
     pub transient_pool: TransientPoolConfig,
     /// Expired-file cleanup.
     pub clean: CleanConfig,
+    /// The schedule (delay level) service.
+    pub schedule: ScheduleConfig,
     /// rmq's own service timing (not a RocketMQ setting).
     pub timing: ServiceTiming,
 }

@@ -19,6 +19,12 @@ pub enum Error {
     #[error("illegal message: {0}")]
     IllegalMessage(String),
 
+    /// An end of a transaction was refused (`EndTransactionProcessor`: no half message at the offset, another
+    /// producer group or queue offset, already ended, past its immunity deadline), or half messages are
+    /// refused; nothing was written.
+    #[error("transaction refused: {0}")]
+    Transaction(String),
+
     /// The message (body, or whole record) is larger than the configured limits; nothing was written.
     #[error("message too large: {0}")]
     MessageTooLarge(String),

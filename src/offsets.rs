@@ -39,7 +39,10 @@ use std::collections::HashMap;
 
 use crate::java::{ConcurrentHashMapOrder, HashMapOrder};
 
+pub mod delay;
 pub mod journal;
+pub mod local;
+pub mod topics;
 
 /// `TOPIC_GROUP_SEPARATOR`: table keys are `topic@group`.
 pub const TOPIC_GROUP_SEPARATOR: char = '@';
@@ -330,15 +333,17 @@ enum Value {
     Array(Vec<Value>),
     Str(Result<String, String>),
     Number(String),
-    Bool,
+    Bool(bool),
     Null,
 }
 
-/// An object key: a string, or fastjson's unquoted integer.
+/// An object key: a string, fastjson's unquoted integer, or fastjson's object key (a map keyed by beans, as
+/// the client's `offsets.json` is: [`local`]).
 #[derive(Debug)]
 enum Key {
     Str(Result<String, String>),
     Int(String),
+    Object(Vec<(Key, Value)>),
 }
 
 impl Key {
@@ -346,6 +351,7 @@ impl Key {
         match self {
             Key::Str(Ok(s)) => s.clone(),
             Key::Str(Err(raw)) | Key::Int(raw) => raw.clone(),
+            Key::Object(_) => "{...}".to_string(),
         }
     }
 }
@@ -353,6 +359,20 @@ impl Key {
 struct Parser<'a> {
     text: &'a [u8],
     pos: usize,
+}
+
+/// Parses a whole config file that must be one JSON object (fastjson's syntax) and returns its members; the
+/// start of every decoder here.
+fn parse_document(text: &[u8]) -> Result<Vec<(Key, Value)>, FormatError> {
+    let mut p = Parser { text, pos: 0 };
+    let doc = p.value(0)?;
+    if p.peek().is_some() {
+        return p.error("trailing content after the JSON document");
+    }
+    match doc {
+        Value::Object(members) => Ok(members),
+        _ => Err(FormatError { position: 0, reason: "the document is not an object".into() }),
+    }
 }
 
 impl<'a> Parser<'a> {
@@ -396,6 +416,10 @@ impl<'a> Parser<'a> {
                     let key = match self.peek() {
                         Some(b'"') => Key::Str(self.string()?),
                         Some(b'-' | b'0'..=b'9') => Key::Int(self.integer_key()?),
+                        Some(b'{') => match self.value(depth + 1)? {
+                            Value::Object(members) => Key::Object(members),
+                            _ => return self.error("expected an object key"),
+                        },
                         _ => return self.error("expected an object key"),
                     };
                     self.expect(b':')?;
@@ -432,8 +456,8 @@ impl<'a> Parser<'a> {
             }
             Some(b'"') => self.string().map(Value::Str),
             Some(b'-' | b'0'..=b'9') => Ok(Value::Number(self.number()?)),
-            Some(b't') => self.word("true").map(|_| Value::Bool),
-            Some(b'f') => self.word("false").map(|_| Value::Bool),
+            Some(b't') => self.word("true").map(|_| Value::Bool(true)),
+            Some(b'f') => self.word("false").map(|_| Value::Bool(false)),
             Some(b'n') => self.word("null").map(|_| Value::Null),
             Some(_) => self.error("unexpected character"),
             None => self.error("unexpected end of file"),
@@ -567,7 +591,7 @@ fn describe(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Str(_) => "a string",
         Value::Number(_) => "a number",
-        Value::Bool => "a boolean",
+        Value::Bool(_) => "a boolean",
         Value::Null => "null",
     }
 }
@@ -577,6 +601,7 @@ fn as_queue_id(k: &Key) -> Result<i32, String> {
     let text = match k {
         Key::Int(t) | Key::Str(Ok(t)) => t.as_str(),
         Key::Str(Err(raw)) => return Err(format!("queue id {raw} is not readable")),
+        Key::Object(_) => return Err("queue id is an object".into()),
     };
     crate::java::parse_int(text).ok_or_else(|| format!("queue id {text:?} is not a Java int"))
 }
@@ -591,14 +616,7 @@ fn upsert<K: PartialEq, V>(items: &mut Vec<(K, V)>, k: K, v: V) {
 
 /// Reads `consumerOffset.json` (bytes as found on disk). See the module docs for what is tolerated.
 pub fn decode(text: &[u8]) -> Result<Decoded, FormatError> {
-    let mut p = Parser { text, pos: 0 };
-    let doc = p.value(0)?;
-    if p.peek().is_some() {
-        return p.error("trailing content after the JSON document");
-    }
-    let Value::Object(members) = doc else {
-        return Err(FormatError { position: 0, reason: "the document is not an object".into() });
-    };
+    let members = parse_document(text)?;
     let mut out = Decoded::default();
     for (key, value) in members {
         match key.text().as_str() {
@@ -713,6 +731,10 @@ fn read_table(entries: Vec<(Key, Value)>, out: &mut Decoded) {
             }
             Key::Int(raw) => {
                 out.issues.push(Issue { key: Some(raw), reason: "entry key is not a string; entry left out".into() });
+                continue;
+            }
+            Key::Object(_) => {
+                out.issues.push(Issue { key: None, reason: "entry key is an object; entry left out".into() });
                 continue;
             }
         };

@@ -250,7 +250,7 @@ fn reopen_continues_commitlog_and_queue_offsets() {
 
     // Appends continue exactly where the log ended, with the next queue offsets.
     let r = store.put(&PutMessage::new("TopicB", 1, b"after reopen")).unwrap();
-    assert_eq!(r.offsets, vec![end]);
+    assert_eq!(r.offsets.as_slice(), [end]);
     assert_eq!(r.queue_offset, queues[1]);
     expected.push(Expected {
         offset: end,
@@ -483,7 +483,7 @@ fn pre_created_zero_segment_after_a_partly_filled_one() {
     assert_eq!(store.open_report().removed_files, 1);
     assert_eq!(segment_names(dir.path()), vec![file_name(0)]);
     let r = store.put(&PutMessage::new("TopicA", 0, b"next")).unwrap();
-    assert_eq!(r.offsets, vec![end]);
+    assert_eq!(r.offsets.as_slice(), [end]);
     expected.push(Expected {
         offset: end,
         topic: "TopicA".into(),
@@ -674,7 +674,7 @@ fn batch_that_does_not_fit_moves_whole_to_the_next_segment() {
     let r = store.put_batch("T", 2, &items, 0, host, None, 0, true).unwrap();
     assert_eq!(r.wrote_bytes, 3 * len);
     assert!(2 * len + 8 <= remaining && 3 * len + 8 > remaining, "len {len}, remaining {remaining}");
-    assert_eq!(r.offsets, vec![SEG, SEG + len, SEG + 2 * len]);
+    assert_eq!(r.offsets.as_slice(), [SEG, SEG + len, SEG + 2 * len]);
     assert_eq!(r.queue_offset, 0);
     let seg0 = std::fs::read(segment_path(dir.path(), 0)).unwrap();
     assert_eq!(&seg0[end as usize..end as usize + 4], &(remaining as i32).to_be_bytes());

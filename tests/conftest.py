@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -201,3 +202,16 @@ def fast_tmp(tmp_path: Path) -> Iterator[Path]:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for every Spark test of the run (starting one costs 10-30 s)."""
+    pytest.importorskip("pyspark")
+    import rmq.spark as rs
+
+    session = rs.session(
+        "local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
+    )
+    yield session
+    session.stop()

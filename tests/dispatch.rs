@@ -109,7 +109,7 @@ fn fill(store: &MessageStore, n: usize) -> Vec<Put> {
             queue_offset: r.queue_offset,
             tags,
             keys,
-            uniq: r.uniq_keys[0].clone(),
+            uniq: r.uniq_keys[0].to_string(),
         });
     }
     out

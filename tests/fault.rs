@@ -120,7 +120,7 @@ fn allocate_enospc_on_a_new_segment_is_disk_full_writes_nothing_and_uses_no_queu
     // Space is back: the next put gets the queue offset the failed ones would have had.
     let r = put(&store, n).unwrap();
     assert_eq!((r.status, r.queue_offset), (PutMessageStatus::PutOk, n as i64));
-    assert_eq!(r.offsets, vec![SEG], "the put went to the new segment");
+    assert_eq!(r.offsets.as_slice(), [SEG], "the put went to the new segment");
     dispatch_all(&store).unwrap();
     check_queue(&store, n + 1);
 }

@@ -228,3 +228,52 @@ fn a_closed_store_refuses() {
     store.close().unwrap();
     assert!(store.get_message("G", "TopicA", 0, 0, 1, MAX_PULL_SIZE, &Subscription::all()).is_err());
 }
+
+#[test]
+fn a_drain_over_interleaved_queues_and_segments_returns_every_message_and_reports_a_damaged_body() {
+    // Four queues written in turn over several segments (the compare benchmark's layout, small): a drain reads
+    // every queue to its end across segment boundaries. One record's body byte is flipped in the live store's
+    // file (the mapping sees it): its body CRC no longer matches, so it is reported and never delivered, and
+    // every other message is, in queue order, with its own body.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config();
+    c.consume_queue.mapped_file_size_consume_queue = 20 * 1000;
+    let store = open_with(tmp.path(), c);
+    let mut offsets = Vec::new();
+    for i in 0..400u32 {
+        let body = format!("body-{i:05}-{}", "y".repeat(100));
+        let mut m = PutMessage::new("TopicA", (i % 4) as i32, body.as_bytes());
+        m.tags = Some("TagA");
+        offsets.push(store.put(&m).unwrap().offsets[0]);
+    }
+    dispatch_all(&store);
+    assert!(offsets.last().unwrap() / SEG >= 8, "the records span many segments");
+    let victim = 201usize; // queue 1, queue offset 50
+    let rec = store.commitlog().read(offsets[victim]).unwrap().unwrap();
+    let body_at = offsets[victim] + rec.header.body.start as u64 + 3;
+    let path = tmp.path().join("commitlog").join(rmq::file_queue::file_name(body_at - body_at % SEG));
+    let mut data = std::fs::read(&path).unwrap();
+    data[(body_at % SEG) as usize] ^= 0x20;
+    std::fs::write(&path, data).unwrap();
+    for q in 0..4i32 {
+        let (mut offset, mut got, mut damaged) = (0i64, Vec::new(), Vec::new());
+        while offset < store.max_offset_in_queue("TopicA", q, true) {
+            let r = store.get_message("G", "TopicA", q, offset, 32, MAX_PULL_SIZE, &Subscription::all()).unwrap();
+            for (m, qo) in r.messages.iter().zip(&r.queue_offsets) {
+                let i = *qo as usize * 4 + q as usize;
+                assert_eq!(m.offset(), offsets[i]);
+                assert_eq!(&m.header.body(m.bytes())[..10], format!("body-{i:05}").as_bytes());
+                got.push(*qo);
+            }
+            damaged.extend(r.damaged.iter().map(|d| (d.0, d.1, d.2.contains("body CRC"))));
+            offset = r.next_begin_offset;
+        }
+        let expected: Vec<i64> = (0..100).filter(|&o| !(q == 1 && o == 50)).collect();
+        assert_eq!(got, expected, "queue {q}");
+        if q == 1 {
+            assert_eq!(damaged, [(50, offsets[victim] as i64, true)]);
+        } else {
+            assert!(damaged.is_empty(), "queue {q}: {damaged:?}");
+        }
+    }
+}

@@ -33,7 +33,7 @@ fn fill(root: &Path) -> Keys {
         let at = r.offsets[0];
         keys.entry(own).or_default().push(at);
         keys.entry(shared).or_default().push(at);
-        keys.entry(r.uniq_keys[0].clone()).or_default().push(at);
+        keys.entry(r.uniq_keys[0].to_string()).or_default().push(at);
     }
     store.dispatch(u64::MAX, false).unwrap();
     store.close().unwrap();

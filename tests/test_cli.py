@@ -68,8 +68,9 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     assert isinstance(g1, dict)
     retried = g1["sent_to_retry"]
     assert isinstance(retried, int)
-    # The first run's consumers added its retried messages to the store after the scan.
-    assert second["messages_before"] == first["messages_scanned"] + retried
+    # The first run's consumers added its retried messages to the store after the scan: each twice, scheduled in
+    # SCHEDULE_TOPIC_XXXX (delay level 1) and delivered to the retry topic.
+    assert second["messages_before"] == first["messages_scanned"] + 2 * retried
     assert second["messages_scanned"] == second["messages_before"] + 10 + 32 + 1
     cq_max = second["consume_queue_max_offsets"]
     assert isinstance(cq_max, dict) and sum(cq_max.values()) == second["messages_scanned"]
@@ -185,12 +186,15 @@ def test_the_store_the_demo_writes_opens_in_the_api_and_scans(tmp_path: Path) ->
     summary = json.loads(proc.stdout)["demo"]
     with rmq.MessageStore(store) as s:
         assert s.config.mapped_file_size_commit_log == 1024 * 1024
-        assert sum(1 for _ in s.scan()) == summary["messages_scanned"] + summary["consumer_group"]["sent_to_retry"]
+        sent = summary["consumer_group"]["sent_to_retry"]
+        assert sum(1 for _ in s.scan()) == summary["messages_scanned"] + 2 * sent  # scheduled, then delivered
     scan = rmq_cli("scan", store, "--json")
     lines = [json.loads(x) for x in scan.stdout.splitlines()]
     retried = [x for x in lines if x["topic"] == "%RETRY%demo-order-consumers"]
     assert 1 <= len(retried) <= 8  # the consumer group's retries: the batch around seq 0
-    assert len(lines) == 20 + 32 + 1 + len(retried)
+    scheduled = [x for x in lines if x["topic"] == "SCHEDULE_TOPIC_XXXX"]
+    assert len(scheduled) == len(retried) == sent
+    assert len(lines) == 20 + 32 + 1 + 2 * len(retried)
 
 
 @pytest.mark.parametrize(

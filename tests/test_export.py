@@ -107,19 +107,15 @@ def test_export_formats_hold_the_rows(src: Path, tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_parquet_export_equals_the_spark_source(src: Path, tmp_path: Path) -> None:
+def test_parquet_export_equals_the_spark_source(spark: Any, src: Path, tmp_path: Path) -> None:
     import rmq.spark as rs
 
     export(src, tmp_path / "all.parquet", "parquet")
-    spark = rs.session("local[1]", conf={"spark.ui.showConsoleProgress": "false"})
-    try:
-        from_spark = rs.read(spark, src).orderBy("commitlog_offset").toArrow()
-        from_parquet = pq.read_table(tmp_path / "all.parquet")
-        assert from_spark.num_rows == from_parquet.num_rows == N
-        for name in from_parquet.schema.names:
-            assert from_spark[name].to_pylist() == from_parquet[name].to_pylist(), name
-    finally:
-        spark.stop()
+    from_spark = rs.read(spark, src).orderBy("commitlog_offset").toArrow()
+    from_parquet = pq.read_table(tmp_path / "all.parquet")
+    assert from_spark.num_rows == from_parquet.num_rows == N
+    for name in from_parquet.schema.names:
+        assert from_spark[name].to_pylist() == from_parquet[name].to_pylist(), name
 
 
 def test_replay_keeps_messages_and_sends_a_dlq_back(src: Path, tmp_path: Path) -> None:

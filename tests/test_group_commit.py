@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import rmq
+from conftest import small_config
 from rmq.testing import injected_fault
-from tests.conftest import small_config
 
 SYNC = small_config(flush_disk_type="SYNC_FLUSH")
 

@@ -14,6 +14,7 @@ RocketMQ wrote (committed under `tests/fixtures/`) without Java, everywhere.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -33,6 +34,9 @@ from rmq.offsets import ConsumerOffsetManager
 
 HERE = Path(__file__).parent
 HARNESS = HERE / "interop" / "harness"
+sys.path.insert(0, str(HERE.parent / "benches"))
+import maven  # noqa: E402  (benches/maven.py: the Maven build the bench scripts use too)
+
 FIXTURE = HERE / "fixtures" / "rocketmq-5.3.1"
 CONFIG = rmq.StoreConfig(
     mapped_file_size_commit_log=65536,
@@ -49,9 +53,16 @@ Run = Callable[..., None]
 # -- the harness ---------------------------------------------------------------------------------------------
 
 
+_CLASSPATHS: dict[tuple[str, ...], str] = {}
+
+
 def maven_classpath(project: Path, target: Path | None = None, *properties: str) -> str:
     """Builds a Maven project of the interop harness (Maven fetches RocketMQ's jars on the first run) and returns
-    its runtime classpath. Without Java 17 and Maven the test fails on CI and is skipped elsewhere."""
+    its runtime classpath. Without Java 17 and Maven the test fails on CI and is skipped elsewhere.
+
+    Built once per process, and once per test run across pytest-xdist's workers: the build holds a lock on the
+    target directory and leaves a stamp named after the run, so no worker recompiles classes another worker's
+    JVM is loading."""
     missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
     if missing:
         message = f"{' and '.join(missing)} not found: the live interop tests need Java 17 and Maven"
@@ -59,14 +70,22 @@ def maven_classpath(project: Path, target: Path | None = None, *properties: str)
             pytest.fail(message + " (required on CI)")
         pytest.skip(message)
     target = target if target is not None else project / "target"
-    cp_file = target / "classpath.txt"
-    subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(project / "pom.xml"), *properties, "package", "dependency:build-classpath",
-         f"-Dmdep.outputFile={cp_file}"],
-        check=True,
-        timeout=1800,
-    )  # fmt: skip
-    return f"{target / 'classes'}{os.pathsep}{cp_file.read_text().strip()}"
+    key = (str(project), str(target), *properties)
+    if key in _CLASSPATHS:
+        return _CLASSPATHS[key]
+    target.mkdir(parents=True, exist_ok=True)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    stamp = target / f".built-{run}" if run else None
+    with open(target / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp is None or not stamp.exists():
+            for old in target.glob(".built-*"):
+                old.unlink()
+            maven.classpath(project, target, *properties)
+            if stamp is not None:
+                stamp.touch()
+    _CLASSPATHS[key] = f"{target / 'classes'}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
+    return _CLASSPATHS[key]
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +119,7 @@ def rmq_describe(store_dir: Path, tmp: Path) -> list[dict[str, Any]]:
     """rmq's description of a copy of `store_dir`."""
     copy = tmp / f"rmq-read-{store_dir.name}"
     shutil.copytree(store_dir, copy)
-    with rmq.MessageStore(copy, CONFIG) as store:
+    with rmq.MessageStore(copy, CONFIG, start_services=False) as store:  # no schedule service delivering
         return list(describe(store))
 
 
@@ -404,12 +423,12 @@ def test_fixture_store_accepts_rmq_appends_and_keeps_rocketmq_bytes(fixture_copy
         }
 
     before = data_files()
-    with rmq.MessageStore(fixture_copy, CONFIG):
+    with rmq.MessageStore(fixture_copy, CONFIG, start_services=False):  # opening itself, not the services
         pass
     after = data_files()
     changed = sorted(str(p) for p in before if before[p] != after.get(p))
     assert changed == [], changed
-    with rmq.MessageStore(fixture_copy, CONFIG) as store:
+    with rmq.MessageStore(fixture_copy, CONFIG, start_services=False) as store:
         nxt = store.next_queue_offset("TopicA", 1)
         r = store.put("TopicA", b"appended by rmq", queue_id=1, keys="rmq-append")
         assert r.queue_offset == nxt
@@ -451,7 +470,7 @@ def answer_probes(queues: dict[tuple[str, int], tuple[int, int]]) -> list[tuple[
 
 def rmq_answers(store_dir: Path, probes: list[tuple[str, str, int, int]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    with rmq.MessageStore(store_dir, CONFIG) as store:
+    with rmq.MessageStore(store_dir, CONFIG, start_services=False) as store:
         for call, topic, q, arg in probes:
             result: Any
             if call == "get":
@@ -498,7 +517,7 @@ def test_missing_queues_and_offsets_out_of_range_answer_as_rocketmq(
         if used and max(used) < log_min and cq != max(cq.parent.iterdir()):
             cq.unlink()
     shutil.copytree(theirs_dir, ours_dir)
-    with rmq.MessageStore(ours_dir, CONFIG) as store:
+    with rmq.MessageStore(ours_dir, CONFIG, start_services=False) as store:
         queues = {
             (t, q): (store.get_min_offset_in_queue(t, q), store.get_max_offset_in_queue(t, q))
             for t in ("TopicA", "TopicB")

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import rmq
 from conftest import small_config
 from rmq.offsets import ConsumerOffsetManager
@@ -22,6 +24,8 @@ from rmq.rebalance import AllocateMessageQueueAveragelyByCircle, MessageQueue
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 CFG = small_config(mapped_file_size_commit_log=1 << 20)
+#: Retries come back after 1 s whatever their level (the schedule service delivers them).
+RETRY_CFG = small_config(mapped_file_size_commit_log=1 << 20, message_delay_level="1s 1s 1s 1s 1s 1s 1s")
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -167,7 +171,7 @@ def test_tag_subscription(tmp_path: Path) -> None:
 
 
 def test_retries_then_dead_letter_queue(tmp_path: Path) -> None:
-    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+    with rmq.MessageStore(tmp_path / "s", RETRY_CFG) as store:
         store.put("T", b"ok", queue_id=0, keys=["k-ok"])
         store.put("T", b"flaky", queue_id=0, keys=["k-flaky"], properties={"biz": "1"})
         store.put("T", b"poison", queue_id=0)
@@ -200,8 +204,54 @@ def test_retries_then_dead_letter_queue(tmp_path: Path) -> None:
         assert offsets.query_offset("G", retry_topic("G"), 0) == store.get_max_offset_in_queue(retry_topic("G"), 0)
 
 
+def test_a_failed_send_back_keeps_the_message_and_consumes_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ConsumeMessageConcurrentlyService: a message whose sendMessageBack fails is not committed past; it is
+    consumed again in this process later with reconsume times + 1 (nothing goes to the retry topic)."""
+    monkeypatch.setattr(rmq.push, "SEND_BACK_RETRY", 0.2)
+    with rmq.MessageStore(tmp_path / "s", RETRY_CFG) as store:
+        for body in (b"a", b"b", b"c"):
+            store.put("T", body, queue_id=0)
+        rec = Recorder(fail=lambda m: m.body == b"b" and m.reconsume_times == 0)
+        offsets = ConsumerOffsetManager(tmp_path / "o.json")
+        c = PushConsumer(store, "G", "T", rec, offsets=offsets, consume_from_where=FIRST, topic_queue_nums=1)
+        calls: list[int] = []
+
+        def broken(*args: object, **kw: object) -> object:
+            calls.append(1)
+            raise rmq.DiskFullError("disk full")
+
+        monkeypatch.setattr(store, "send_message_back", broken)
+        c.start()
+        try:
+            wait_until(lambda: rec.bodies()[b"b"] == 2)
+            wait_until(lambda: offsets.query_offset("G", "T", 0) == 3)
+        finally:
+            c.shutdown()
+        assert calls == [1] and c.stats.send_back_failures == 1
+        assert [(b, r) for _, _, _, b, r in rec.seen if b == b"b"] == [(b"b", 0), (b"b", 1)]
+        assert store.get_max_offset_in_queue(retry_topic("G"), 0) == 0, "nothing sent back"
+
+
+def test_a_message_whose_send_back_failed_is_not_committed_past_at_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rmq.push, "SEND_BACK_RETRY", 60.0)
+    with rmq.MessageStore(tmp_path / "s", RETRY_CFG) as store:
+        for body in (b"a", b"b", b"c"):
+            store.put("T", body, queue_id=0)
+        rec = Recorder(fail=lambda m: m.body == b"b")
+        offsets = ConsumerOffsetManager(tmp_path / "o.json")
+        c = PushConsumer(store, "G", "T", rec, offsets=offsets, consume_from_where=FIRST, topic_queue_nums=1)
+        monkeypatch.setattr(store, "send_message_back", lambda *a, **k: (_ for _ in ()).throw(rmq.ReadOnlyError("x")))
+        with c:
+            wait_until(lambda: c.stats.send_back_failures == 1 and rec.bodies()[b"c"] == 1)
+        assert offsets.query_offset("G", "T", 0) == 1, "b (offset 1) is consumed again after a restart"
+
+
 def test_listener_exception_counts_as_reconsume_later(tmp_path: Path) -> None:
-    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+    with rmq.MessageStore(tmp_path / "s", RETRY_CFG) as store:
         store.put("T", b"boom", queue_id=0)
         calls: list[int] = []
 

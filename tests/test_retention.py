@@ -6,6 +6,7 @@ ratios (puts refused over the warning level, segments deleted at once, puts back
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -96,11 +97,17 @@ def test_delete_now_returns_what_it_deleted_and_views_keep_their_bytes(tmp_path:
         assert (r.status, r.next_begin_offset, r.min_offset) == (rmq.GetMessageStatus.OFFSET_TOO_SMALL, qmin, qmin)
         r = store.get_message("G", "TopicA", 0, r.next_begin_offset, 4)
         assert r.status == rmq.GetMessageStatus.FOUND and r.queue_offsets[0] == qmin
-        # The manual request of the service: accepted (the service does the runs).
-        assert store.delete_expired_files() is None
-        assert not store.disk_full
-    with rmq.MessageStore(root, cfg()) as store:
+        # A manual delete never raises DISK_FULL; the flag follows the host disk (RocketMQ's 90 % warning level),
+        # which this test does not own, so it is checked only while the host disk is clearly below it.
+        usage = shutil.disk_usage(root)
+        if (usage.total - usage.free) / usage.total < 0.85:
+            assert not store.disk_full
+    # (No space-driven cleaning on reopen, whatever the test machine's disk holds.)
+    with rmq.MessageStore(root, cfg(disk_max_used_space_ratio=95, clean_file_forcibly_enable=False)) as store:
         assert store.get_min_offset_in_queue("TopicA", 0) == qmin, "the minimum survives a reopen"
+        # The manual request of the service: accepted (the service does the runs; here nothing has expired; asked
+        # above, with file_reserved_time=0, it raced the close and could delete more before the reopen).
+        assert store.delete_expired_files() is None
 
 
 def test_a_read_only_store_deletes_nothing(tmp_path: Path) -> None:

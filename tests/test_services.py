@@ -41,7 +41,7 @@ def checkpoint_on_disk(root: Path) -> tuple[int, int, int]:
 
 def test_async_flush_makes_puts_durable_without_a_flush_call(store_dir: Path) -> None:
     with rmq.MessageStore(store_dir, small_config(**FAST)) as store:
-        assert [s.name for s in store.service_stats()] == ["reput", "warm", "flush", "flush_cq", "clean"]
+        assert [s.name for s in store.service_stats()] == ["reput", "warm", "flush", "flush_cq", "clean", "schedule"]
         assert not [t.name for t in threading.enumerate() if t.name.startswith("rmq")]
         start = store.flushed_offset
         last = None

@@ -8,16 +8,12 @@ RocketMQ wrote (tests/fixtures). Splits cut anywhere (Hypothesis) lose and dupli
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
 import pickle
 import shutil
-import socket
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +93,8 @@ def scan_rows(store_dir: Path, config: rmq.StoreConfig | None = None) -> list[di
     copy = store_dir.parent / (store_dir.name + "-scan-copy")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(store_dir, copy)
-    with rmq.MessageStore(copy, config) if config else rmq.MessageStore(copy) as store:
+    # Read-only: a writable open would start the schedule service, which delivers due delayed messages.
+    with rmq.MessageStore(copy, config, read_only=True) if config else rmq.MessageStore(copy, read_only=True) as store:
         rows = [expected_row(m) for m in store.scan(0)]
     shutil.rmtree(copy)
     return rows
@@ -122,7 +119,8 @@ def matrix_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("spark") / "store"
     write_matrix(root)
-    with rmq.MessageStore(root, CONFIG) as store:
+    # No services: the matrix's delayed message (level 3) stays scheduled, whenever this runs.
+    with rmq.MessageStore(root, CONFIG, start_services=False) as store:
         first = bytes(next(iter(store.scan(0))).raw)
         trap = b"\xda\xa3\x20\xa7" * 8 + first + b"\xda\xa3\x20\xab\xcb\xd4\x31\x94" + first
         for i in range(30):
@@ -247,7 +245,7 @@ def test_torn_tail_and_zero_segments_end_the_data(matrix_store: Path, tmp_path: 
     assert data_end(copy, base) == arrow_end
     for split in (1 << 30, 1000):
         assert read_all(copy, split) == expected
-    with rmq.MessageStore(copy, CONFIG) as store:  # recovery agrees
+    with rmq.MessageStore(copy, CONFIG, start_services=False) as store:  # recovery agrees
         assert store.max_offset == base + end
 
 
@@ -440,7 +438,7 @@ def test_decode_records_from_a_binary_column(matrix_rows: list[dict[str, Any]], 
 
     copy = matrix_store.parent / "decode-copy"
     shutil.copytree(matrix_store, copy, dirs_exist_ok=True)
-    with rmq.MessageStore(copy, CONFIG) as store:
+    with rmq.MessageStore(copy, CONFIG, read_only=True) as store:
         raws = [bytes(m.raw) for m in store.scan(0)]
     arr = pa.array([*raws[:50], None, b"not a record", raws[0] + b"x"], pa.binary())
     out = arrow.decode_records(arr.slice(0, 53))  # a slice: the array offset is honoured
@@ -459,13 +457,7 @@ def test_decode_records_from_a_binary_column(matrix_rows: list[dict[str, Any]], 
 # -- Spark, local ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = rs.session(
-        "local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
-    )
-    yield session
-    session.stop()
+# The `spark` fixture (one local[2] session for the whole run) is in conftest.py.
 
 
 def spark_rows(df: Any) -> list[dict[str, Any]]:
@@ -674,7 +666,7 @@ def test_damage_through_spark_fails_or_is_left_out_and_recorded(
         {"mode": "PERMISSIVE"}, {"mode": "dropmalformed"}, {"ignoreCorruptFiles": "true"},
         {"badRecordsPath": str(tmp_path / "bad")},
     ):  # fmt: skip
-        for split in (1024, 1 << 30):
+        for split in (8192, 1 << 30):  # eight splits per 64 KiB segment, and one for all
             df = rs.read(spark, copy, splitSize=split, **options)
             assert sorted(r[0] for r in df.select("commitlog_offset").collect()) == kept, (options, split)
     record = json.loads((tmp_path / "bad" / "bad_records" / f"{victim:020d}.json").read_text())
@@ -732,7 +724,7 @@ def test_udfs_over_binary_columns(spark: SparkSession, matrix_store: Path, matri
 
     copy = matrix_store.parent / "udf-copy"
     shutil.copytree(matrix_store, copy, dirs_exist_ok=True)
-    with rmq.MessageStore(copy, CONFIG) as store:
+    with rmq.MessageStore(copy, CONFIG, read_only=True) as store:  # (writable, it would deliver its delayed one)
         raws = [(bytes(m.raw),) for m in store.scan(0)]
     df = spark.createDataFrame(raws + [(b"junk",), (None,)], "record binary")
     out = df.select(
@@ -797,122 +789,3 @@ def check_pipeline(result: dict[str, Any], out: Path, rows: list[dict[str, Any]]
     total = sum(pq.read_metadata(p).num_rows for p in (out / "messages").glob("topic=*/day=*/*.parquet"))
     assert total == len(rows)
     assert all(r["rank"] <= 5 for r in result["summary_top_keys"])
-
-
-# -- Spark standalone cluster on loopback ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[str]:
-    """A Spark standalone master and two workers on 127.0.0.1 (pyspark's own launcher), for one test."""
-    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    port = free_port()
-    master = f"spark://127.0.0.1:{port}"
-    commands = [
-        ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)],
-        *[["org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g"]]
-        * 2,
-    ]
-    with contextlib.ExitStack() as stack:
-        procs: list[subprocess.Popen[bytes]] = []
-
-        def stop() -> None:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-
-        stack.callback(stop)
-        for i, cmd in enumerate(commands):
-            log = stack.enter_context(open(tmp_path / f"daemon{i}.log", "wb"))
-            ui = ["--webui-port", str(free_port())]
-            procs.append(subprocess.Popen([spark_class, *cmd, *ui], env=env, stdout=log, stderr=subprocess.STDOUT))
-            if i == 0:
-                wait_port(port)
-        # A readiness wait, not a speed check: on a loaded machine two JVM workers can take minutes to register.
-        deadline = time.monotonic() + 300
-        while (tmp_path / "daemon0.log").read_text(errors="replace").count("Registering worker") < 2:
-            assert time.monotonic() < deadline, (tmp_path / "daemon0.log").read_text(errors="replace")[-3000:]
-            time.sleep(0.3)
-        yield master
-
-
-def test_pipeline_on_a_standalone_cluster(
-    cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    """`rmq spark STORE OUT --master spark://…`: the job runs on two workers (executor processes that are not
-    the driver), with the driver's Python environment."""
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rmq.cli", "spark", str(matrix_store), str(out), "--master", cluster,
-         "--json", str(tmp_path / "result.json")],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    import json
-
-    result = json.loads((tmp_path / "result.json").read_text())
-    check_pipeline(result, out, matrix_rows)
-    assert len(result["executors"]) == 2, result["executors"]
-
-
-SUBMITTED = """
-import json, sys
-import rmq.spark
-spark = rmq.spark.session()
-n = spark.read.format("rocketmq").option("splitSize", 4096).load(sys.argv[1]).count()
-print(json.dumps({"master": spark.sparkContext.master, "rows": n, "executors": rmq.spark.executor_ids(spark)}))
-spark.stop()
-"""
-
-
-def test_spark_submit_master_is_kept(
-    cluster: str, matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    """`spark-submit --master spark://...` a script that calls `rmq.spark.session()` with no master (and a
-    different $SPARK_MASTER): the job runs on the cluster's two workers."""
-    script = tmp_path / "job.py"
-    script.write_text(SUBMITTED)
-    submit = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[1]"}
-    proc = subprocess.run(
-        [submit, "--master", cluster, "--conf", "spark.ui.enabled=false", str(script), str(matrix_store)],
-        capture_output=True, text=True, timeout=600, check=False, env=env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["master"] == cluster and result["rows"] == len(matrix_rows)
-    assert len(result["executors"]) == 2, result
-
-
-def test_demo_ends_with_the_spark_job(tmp_path: Path) -> None:
-    """The README's main job: `rmq demo` writes, reads, consumes, then runs the Spark job over its store."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "rmq.cli", "demo", "--store", str(tmp_path / "store"), "--messages", "300",
-         "--spark-out", str(tmp_path / "parquet")],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    assert "Spark job done" in proc.stdout and "OrderCreated" in proc.stdout
-    assert list((tmp_path / "parquet" / "messages").glob("topic=*/day=*/*.parquet"))

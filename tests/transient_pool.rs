@@ -180,11 +180,15 @@ fn a_kill_mid_commit_leaves_a_prefix_that_opens_strictly() {
     store.commitlog().commit(0).unwrap();
     let committed = store.commitlog().committed_where();
     let second: Vec<PutResult> = (5..12).map(|i| put(&store, &body(i, 200))).collect();
-    // Event 1: the copy of everything but the first word; event 2: the word.
+    // The first commit's records dispatched, so the reput service writes nothing more until the word below.
+    assert!(store.wait_dispatched(std::time::Duration::from_secs(10)));
+    // Event 1: the copy of everything but the first word; event 2: the word. (Then the reput service may
+    // dispatch the newly committed records into the consume queue before the recording stops: more events.)
     sync_record::record(&root, |n| n == 2);
     assert!(store.commitlog().commit(0).unwrap());
     let (captures, events) = sync_record::stop(&root);
-    assert_eq!((captures.len(), events), (1, 2));
+    assert_eq!(captures.len(), 1);
+    assert!(events >= 2, "{events} events");
     let image = tmp.path().join("killed");
     for (path, content) in &captures[0].current {
         let to = image.join(path.strip_prefix(&root).unwrap());

@@ -35,20 +35,31 @@ from rmq._native import (
     StoreLockedError,
     StorePoisonedError,
     StoreStateError,
+    TransactionError,
     TransactionType,
     __version__,
 )
 from rmq.consumer import PullConsumer, PullResult, PullStatus
+from rmq.local_offsets import LocalFileOffsetStore
 from rmq.offsets import ConsumerOffsetManager
-from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer
+from rmq.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageListenerOrderly
+from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, MessageModel, PushConsumer
 from rmq.rebalance import MessageQueue
 from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, ServiceStats, StoreConfig
+from rmq.transaction import (
+    CheckedMessage,
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "ArgumentTypeError",
     "BoundaryType",
     "ConsumeContext",
     "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
     "ConsumeQueueEntry",
     "ConsumeStatus",
     "ConsumerOffsetManager",
@@ -64,8 +75,11 @@ __all__ = [
     "InvalidOffsetError",
     "InvalidPropertyError",
     "InvalidTopicError",
+    "LocalFileOffsetStore",
     "Message",
     "MessageExt",
+    "MessageListenerOrderly",
+    "MessageModel",
     "MessageQueue",
     "MessageStore",
     "MessageTooLargeError",
@@ -77,6 +91,7 @@ __all__ = [
     "PutMessageStatus",
     "PutResult",
     "QueryMessageResult",
+    "ReadOnlyError",
     "RecordView",
     "RmqError",
     "Scanner",
@@ -84,10 +99,14 @@ __all__ = [
     "StoreClosedError",
     "StoreConfig",
     "StoreIOError",
-    "ReadOnlyError",
     "StoreLockedError",
     "StorePoisonedError",
     "StoreStateError",
+    "CheckedMessage",
+    "LocalTransactionState",
+    "TransactionError",
+    "TransactionProducer",
+    "TransactionSendResult",
     "TransactionType",
     "__version__",
 ]

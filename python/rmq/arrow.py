@@ -1,8 +1,9 @@
 """Commitlog records as Arrow data, decoded in Rust (`src/columnar.rs`).
 
 `read_split` yields `pyarrow.RecordBatch`es for the records starting in a byte range of one segment file;
-`decode_records` turns a binary array of record bytes into a struct array. Rust hands over its buffers without
-copying (`pyarrow.py_buffer` over `rmq._native.ArrowBuffer`); no Python object is made per row.
+`decode_records` turns a binary array of record bytes into a struct array. Rust hands its arrays over through the
+Arrow C data interface (PyCapsules: `rmq._native.ArrowArray.__arrow_c_array__`, `SplitReader.__arrow_c_stream__`,
+`ArrowSchema.__arrow_c_schema__`), so pyarrow imports them without copying; no Python object is made per row.
 
 Requires pyarrow (installed with `pip install rmq[spark]`).
 """
@@ -13,84 +14,26 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmq import _native
 
 #: Column names in schema order.
 COLUMNS: tuple[str, ...] = tuple(_native.COLUMNS)
 
-#: The Arrow type of every column (timestamps in microseconds, UTC, as Spark uses them).
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "topic": pa.string(),
-    "queue_id": pa.int32(),
-    "queue_offset": pa.int64(),
-    "commitlog_offset": pa.int64(),
-    "store_size": pa.int32(),
-    "flag": pa.int32(),
-    "sys_flag": pa.int32(),
-    "transaction_type": pa.string(),
-    "born_timestamp": pa.timestamp("us", tz="UTC"),
-    "store_timestamp": pa.timestamp("us", tz="UTC"),
-    "born_host": pa.string(),
-    "store_host": pa.string(),
-    "reconsume_times": pa.int32(),
-    "prepared_transaction_offset": pa.int64(),
-    "body": pa.binary(),
-    "properties": pa.map_(pa.string(), pa.string()),
-    "tags": pa.string(),
-    "keys": pa.list_(pa.string()),
-    "uniq_key": pa.string(),
-    "msg_id": pa.string(),
-    "body_crc_ok": pa.bool_(),
-}
+#: The Arrow schema of every column, as Rust defines it (`_native.arrow_schema`): timestamps in microseconds, UTC,
+#: as Spark uses them.
+SCHEMA: pa.Schema = pa.schema(_native.arrow_schema())
+
+#: The Arrow type of every column.
+ARROW_TYPES: dict[str, pa.DataType] = {f.name: f.type for f in SCHEMA}
 
 #: Columns that can be null (a message without TAGS or UNIQ_KEY).
-NULLABLE = frozenset({"tags", "uniq_key"})
+NULLABLE = frozenset(f.name for f in SCHEMA if f.nullable)
 
 
 def arrow_schema(columns: Sequence[str] = COLUMNS) -> pa.Schema:
-    """The Arrow schema of the given columns."""
-    return pa.schema([pa.field(c, ARROW_TYPES[c], nullable=c in NULLABLE) for c in columns])
-
-
-def _buf(b: Any) -> pa.Buffer | None:
-    return None if b is None else pa.py_buffer(b)
-
-
-def _var(kind: pa.DataType, n: int, parts: tuple[Any, Any, Any, int]) -> pa.Array:
-    offsets, data, validity, nulls = parts
-    return pa.Array.from_buffers(kind, n, [_buf(validity), _buf(offsets), _buf(data)], null_count=nulls)
-
-
-def _column(name: str, n: int, col: tuple[Any, ...], target: pa.DataType) -> pa.Array:
-    kind = col[0]
-    if kind in ("int", "long", "micros", "bool"):
-        return pa.Array.from_buffers(target, n, [None, _buf(col[1])], null_count=0)
-    if kind == "str":
-        return _var(pa.string(), n, col[1])
-    if kind == "bin":
-        return _var(pa.binary(), n, col[1])
-    offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, _buf(col[1])])
-    if kind == "list":
-        values = _var(pa.string(), offsets[-1].as_py(), col[2])
-        arr = pa.ListArray.from_arrays(offsets, values)
-    else:
-        total = offsets[-1].as_py()
-        arr = pa.MapArray.from_arrays(offsets, _var(pa.string(), total, col[2]), _var(pa.string(), total, col[3]))
-    return arr if arr.type == target else arr.cast(target)
-
-
-def _arrays(raw: tuple[int, Any, list[Any]], schema: pa.Schema) -> tuple[int, Any, list[pa.Array]]:
-    n, row_valid, cols = raw
-    by_name = dict(zip(COLUMNS, cols, strict=True))
-    return n, row_valid, [_column(f.name, n, by_name[f.name], f.type) for f in schema]
-
-
-def to_record_batch(raw: tuple[int, Any, list[Any]], schema: pa.Schema) -> pa.RecordBatch:
-    """A batch from `_native.SplitReader`, as a RecordBatch of `schema` (whose names are a subset of COLUMNS)."""
-    _, _, arrays = _arrays(raw, schema)
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    """The Arrow schema of the given columns, in the order given."""
+    return pa.schema([SCHEMA.field(c) for c in columns])
 
 
 def read_split(
@@ -129,10 +72,10 @@ def read_split(
         skip_damage=skipped is not None,
         max_rows=max_rows,
     )
-    for raw in reader:
+    for batch in reader:
         if skipped is not None:
             skipped.extend(reader.take_skipped())
-        yield to_record_batch(raw, schema)
+        yield _as_schema(pa.record_batch(batch), schema)
     if skipped is not None:
         skipped.extend(reader.take_skipped())
 
@@ -165,14 +108,15 @@ def decode_records(records: pa.Array, columns: Sequence[str] = COLUMNS, *, stric
     if isinstance(columns, str | bytes) or not isinstance(columns, Iterable):
         raise _native.ArgumentTypeError(f"columns must be a sequence of column names, got {type(columns).__name__}")
     offsets, data, validity, offset, length = _binary_buffers(records)
-    raw = _native.decode_records(offsets, data, validity, offset, length, columns=list(columns), strict=strict)
-    schema = arrow_schema(columns)
-    n, row_valid, arrays = _arrays(raw, schema)
-    mask = None
-    if row_valid is not None:
-        valid = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(row_valid)])
-        mask = pc.invert(valid)
-    return pa.StructArray.from_arrays(arrays, fields=list(schema), mask=mask)
+    decoded: pa.StructArray = pa.array(
+        _native.decode_records(offsets, data, validity, offset, length, columns=list(columns), strict=strict)
+    )
+    order = list(columns)
+    if decoded.type.names != order:  # Rust decodes in COLUMNS order; give the caller's order
+        fields = [decoded.type.field(c) for c in order]
+        arrays = [decoded.field(c) for c in order]
+        decoded = pa.StructArray.from_arrays(arrays, fields=fields, mask=decoded.is_null())
+    return decoded
 
 
 def decode_column(records: pa.Array, column: str) -> pa.Array:
@@ -184,5 +128,13 @@ def decode_column(records: pa.Array, column: str) -> pa.Array:
 def java_hash(strings: pa.Array) -> pa.Array:
     """Java `String.hashCode` of each string as int64 (a consume queue's tagsCode for an ordinary topic)."""
     offsets, data, validity, offset, length = _binary_buffers(strings)
-    values, out_validity = _native.java_hash_strings(offsets, data, validity, offset, length)
-    return pa.Array.from_buffers(pa.int64(), length, [_buf(out_validity), pa.py_buffer(values)])
+    hashed: pa.Array = pa.array(_native.java_hash_strings(offsets, data, validity, offset, length))
+    return hashed
+
+
+def _as_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` (Rust's columns, in COLUMNS order, Rust's nullability) as a batch of `schema`: the same columns,
+    in `schema`'s order and with its nullability (Spark's must match its own exactly)."""
+    if batch.schema.equals(schema):
+        return batch
+    return pa.RecordBatch.from_arrays([batch.column(f.name) for f in schema], schema=schema)

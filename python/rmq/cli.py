@@ -1,6 +1,7 @@
 """The `rmq` command: argument parsing, and errors as one line that says what to do. Each command lives in its
 own module: `rmq demo` in `rmq.demo`, `rmq scan` in `rmq.scan`, `rmq describe` in `rmq.describe`, `rmq check` in
-`rmq.check`, `rmq dump` in `rmq.dump`, `rmq export` and `rmq replay` in `rmq.export`, `rmq spark` in `rmq.spark`.
+`rmq.check`, `rmq dump` in `rmq.dump`, `rmq export` and `rmq replay` in `rmq.export`, `rmq spark` in `rmq.spark`,
+`rmq spark-env` in `rmq.spark_env`.
 
 Exit status: 0 done; 1 done, but the store has problems (a message whose body CRC fails); 2 the command could not
 run (bad arguments, a missing, unreadable or locked store, damage that stops opening); 130 interrupted (Ctrl-C).
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import rmq
+from rmq.spark_env import add_arguments as spark_env_arguments
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -125,6 +127,16 @@ def cmd_spark(args: argparse.Namespace) -> int:
         print_json(result)
     elif args.json is not None:
         Path(args.json).write_text(json.dumps(result, default=str, ensure_ascii=False, indent=1), encoding="utf-8")
+    return EXIT_OK
+
+
+def cmd_spark_env(args: argparse.Namespace) -> int:
+    from rmq.spark_env import SparkEnvError, build
+
+    try:
+        build(args.out, wheel=args.wheel, python=args.python, python_prefix=args.python_prefix)
+    except SparkEnvError as e:
+        raise CommandError(str(e)) from e
     return EXIT_OK
 
 
@@ -253,6 +265,9 @@ def parser() -> argparse.ArgumentParser:
         help="the summaries as JSON: on stdout, or in PATH",
     )
     spark.set_defaults(run=cmd_spark)
+    senv = sub.add_parser("spark-env", help="pack a venv for Spark executors (rmq, pyarrow, pandas; not pyspark)")
+    spark_env_arguments(senv)
+    senv.set_defaults(run=cmd_spark_env)
 
     desc = sub.add_parser("describe", help="print a store's canonical description (tests/interop/README.md)")
     desc.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")

@@ -144,9 +144,18 @@ def as_queue(mq: MessageQueue | tuple[str, int]) -> MessageQueue:
 
 
 def topic_queues(store: MessageStore, topic: str, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> list[MessageQueue]:
-    """The topic's queues, sorted: those holding messages plus `0..queue_nums-1` (the configured count, at most
-    `MAX_TOPIC_QUEUE_NUMS`)."""
+    """The topic's queues, sorted, as the client's route has them.
+
+    A topic configured in `config/topics.json` (`store.create_topic`) has `0..read_queue_nums-1`, or none when
+    its perm is not readable (`topicRouteData2TopicSubscribeInfo`). Any other topic has the queues holding
+    messages plus `0..queue_nums-1` (at most `MAX_TOPIC_QUEUE_NUMS`).
+    """
     queue_nums = _args.integer(queue_nums, "queue_nums", 0, MAX_TOPIC_QUEUE_NUMS)
+    lookup = getattr(store, "topic_config", None)
+    config = lookup(topic) if lookup is not None else None
+    if config is not None:
+        n = config.read_queue_nums if config.readable else 0
+        return [MessageQueue(topic, BROKER_NAME, q) for q in range(n)]
     ids = set(store.queue_ids(topic)) | set(range(queue_nums))
     return [MessageQueue(topic, BROKER_NAME, q) for q in sorted(ids)]
 

@@ -19,6 +19,8 @@ from rmq.offsets import ConsumerOffsetManager
 from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer, retry_topic
 
 DEMO_TOPICS = ("OrderCreated", "PaymentSettled", "InventoryReserved")
+#: Where delayed messages wait (RocketMQ's `TopicValidator.RMQ_SYS_SCHEDULE_TOPIC`).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: A retry topic long enough (200 chars) to need a v2 record.
 DEMO_LONG_TOPIC = "%RETRY%" + "ConsumerGroup-" + "x" * (200 - len("%RETRY%ConsumerGroup-"))
 DEMO_GROUP = "demo-order-consumers"
@@ -27,7 +29,8 @@ DEMO_CONSUMED_TOPIC = DEMO_TOPICS[0]
 
 def consume_demo(store: rmq.MessageStore, timeout: float = 60.0) -> dict[str, object]:
     """A group of three push consumers consumes everything new on `OrderCreated`; one message in 250 fails its
-    first delivery, so its batch of 8 comes back through the group's retry topic. Offsets persist to
+    first delivery, so its batch of 8 comes back through the group's retry topic after 1 s (delay level 1,
+    delivered by the store's schedule service). Offsets persist to
     `<store>/config/consumerOffset.json`, so a second run consumes only what was added since."""
     offsets = ConsumerOffsetManager(store.consumer_offset_path)
     offsets.load()
@@ -42,12 +45,21 @@ def consume_demo(store: rmq.MessageStore, timeout: float = 60.0) -> dict[str, ob
                 deliveries[ctx.consumer_id] += 1
                 retried_ok += m.reconsume_times > 0
         if any(m.reconsume_times == 0 and json.loads(m.body)["seq"] % 250 == 0 for m in msgs):
+            ctx.delay_level_when_next_consume = 1  # back in 1 s rather than the broker's 10 s (level 3)
             return ConsumeStatus.RECONSUME_LATER
         return ConsumeStatus.CONSUME_SUCCESS
 
     def caught_up() -> bool:
+        # Everything appended is in the consume queues first (a send-back's scheduled copy included).
+        if not store.wait_dispatched(1.0):
+            return False
+        delay = store.delay_offsets()
+        scheduled = all(
+            delay.get(q + 1, 0) >= store.get_max_offset_in_queue(SCHEDULE_TOPIC, q)
+            for q in store.queue_ids(SCHEDULE_TOPIC)
+        )
         topics = [DEMO_CONSUMED_TOPIC, retry_topic(DEMO_GROUP)]
-        return all(
+        return scheduled and all(
             offsets.query_offset(DEMO_GROUP, t, q) >= store.get_max_offset_in_queue(t, q)
             for t in topics
             for q in store.queue_ids(t)
@@ -228,7 +240,7 @@ def run_demo(
         say(f"  {cid}: {', '.join(queues) or '-'}")
     say(
         f"  consumed {consumed['consumed']} messages in {consumed['seconds']}s; {consumed['sent_to_retry']} (whole"
-        f" batches around a failing message) went to {retry_topic(DEMO_GROUP)} and were consumed again;"
+        f" batches around a failing message) went to {retry_topic(DEMO_GROUP)} 1 s later and were consumed again;"
         f" caught up: {consumed['caught_up']}"
     )
     say(f"  committed offsets in {consumed['offsets_file']}: {consumed['committed']}")

@@ -20,6 +20,7 @@ wins over the committed one; committing a smaller offset is allowed (consumers m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq import _args, _native
+from rmq._flock import FileLock, fsync_dir
 from rmq._native import ArgumentTypeError, CorruptionError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -143,14 +145,6 @@ def _fault_point(stage: str) -> None:
     """A no-op that crash tests replace to kill the process at a stage of `persist()`."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _key(topic: str, group: str) -> str:
     return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
@@ -202,6 +196,12 @@ class ConsumerOffsetManager:
         self._seq = 0  # changes ever made; persists skip when an earlier one already covered them
         self._persisted_seq = -1
         self._journal_fd: int | None = None
+        self._journal_tag = 0  # the snapshot counter journal lines are tagged with
+        # What this process changed since its last persist: a persist merges only these into the file as it is
+        # on disk (other processes' commits are kept), and a refresh takes everything else from the file.
+        self._dirty: dict[tuple[str, int], int] = {}
+        self._removed: set[str] = set()
+        self._file_lock = FileLock.of(self.path.with_name(self.path.name + ".lock"))
         self._journal_bytes = 0
         self._journal_since: list[bytes] = []
         self._stop = threading.Event()
@@ -271,6 +271,8 @@ class ConsumerOffsetManager:
                 issues.append(OffsetIssue(str(src), key, reason))
             with self._lock:
                 self._offsets = _native.BrokerOffsetTable.loaded(chosen.table)
+                self._dirty.clear()
+                self._removed.clear()
                 self._version = chosen.version
                 self._changes = self._replay_journal_locked(chosen.version.counter, issues)
                 self._seq += 1
@@ -279,6 +281,8 @@ class ConsumerOffsetManager:
         ok = not (self.path.exists() or self.bak_path.exists())
         with self._lock:
             self._offsets = _native.BrokerOffsetTable()
+            self._dirty.clear()
+            self._removed.clear()
             self._changes = self._replay_journal_locked(0, issues) if ok else 0
             self._seq += 1
         self._report(issues)
@@ -348,6 +352,12 @@ class ConsumerOffsetManager:
     def persist(self, *, sync: bool = True) -> None:
         """Writes the table atomically, keeping the previous file as `.bak`.
 
+        Several processes may share the file (the members of a group in several processes, each committing the
+        queues it owns): under an fcntl lock on `<file>.lock`, the file as it is on disk (with its journal) is
+        read, only what this process changed since its last persist is applied over it, and the result is
+        written; so no process's commit is lost or moved back by another's older copy. Entries this process did
+        not change take the values on disk (as `refresh()` does).
+
         Returns at once when a persist that began after the last change already wrote it, so concurrent callers
         (consume threads persisting after each batch) share one write.
 
@@ -360,32 +370,84 @@ class ConsumerOffsetManager:
         with self._persist_lock:
             if self._persisted_seq >= wanted:
                 return  # a persist that started after our caller's changes already wrote them (group commit)
-            with self._lock:
-                if self._changes:
-                    self._version.next_version()
-                    self._changes = 0
-                written = self._seq
-                self._journal_since = []  # journal lines from here on are not in this snapshot
-                table = self._offsets.copy()
-                version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
-            text = table.encode(version.counter, version.state_version, version.timestamp)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
+            with self._file_lock.held():
+                disk = self._disk_state()
+                with self._lock:
+                    if disk is not None:
+                        self._merge_locked(*disk)
+                        self._version.counter = max(self._version.counter, disk[1].counter)
+                    if self._changes:
+                        self._version.next_version()
+                        self._changes = 0
+                    written = self._seq
+                    self._journal_since = []  # journal lines from here on are not in this snapshot
+                    self._dirty.clear()
+                    self._removed.clear()
+                    table = self._offsets.copy()
+                    version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
+                text = table.encode(version.counter, version.state_version, version.timestamp)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(text)
+                    f.flush()
+                    if sync:
+                        os.fsync(f.fileno())
+                _fault_point("written")
+                if self.path.exists():
+                    os.replace(self.path, self.bak_path)
+                _fault_point("rotated")
+                os.replace(tmp, self.path)
+                _fault_point("renamed")
                 if sync:
-                    os.fsync(f.fileno())
-            _fault_point("written")
-            if self.path.exists():
-                os.replace(self.path, self.bak_path)
-            _fault_point("rotated")
-            os.replace(tmp, self.path)
-            _fault_point("renamed")
-            if sync:
-                _fsync_dir(self.path.parent)
-            self._persisted_seq = written
-            self._compact_journal()
+                    fsync_dir(self.path.parent)
+                self._persisted_seq = written
+                self._compact_journal()
+
+    def refresh(self) -> None:
+        """Takes from the file on disk (and its journal) every offset this process has not changed since its
+        last persist: what other processes sharing the file committed and persisted."""
+        with self._file_lock.held():
+            disk = self._disk_state()
+            if disk is not None:
+                with self._lock:
+                    self._merge_locked(*disk)
+
+    def _disk_state(self) -> tuple[dict[str, dict[int, int]], DataVersion] | None:
+        """The table on disk: the file (or its backup) plus the journal's later commits; None when a file exists
+        but cannot be read (nothing is then merged). The caller holds the file lock."""
+        issues: list[OffsetIssue] = []
+        damaged: dict[Path, bytes] = {}
+        chosen = self._read(self.path, issues, damaged)
+        if chosen is None:
+            chosen = self._read(self.bak_path, issues, damaged)
+        if chosen is None:
+            if self.path.exists() or self.bak_path.exists():
+                return None
+            table: dict[str, dict[int, int]] = {}
+            version = DataVersion()
+        else:
+            table = {k: dict(v) for k, v in chosen.table.items()}
+            version = chosen.version
+        try:
+            data = self.journal_path.read_bytes()
+        except OSError:
+            data = b""
+        if data:
+            for tag, group, topic, queue_id, offset in _native.decode_journal(data)[0]:
+                if tag >= version.counter:
+                    table.setdefault(_key(topic, group), {})[queue_id] = offset
+        return table, version
+
+    def _merge_locked(self, table: dict[str, dict[int, int]], version: DataVersion) -> None:
+        """Takes the disk's value of every queue this process has not changed or removed since its last
+        persist."""
+        for key, queues in table.items():
+            if key in self._removed:
+                continue
+            for queue_id, offset in queues.items():
+                if (key, queue_id) not in self._dirty and self._offsets.get(key, queue_id) != offset:
+                    self._offsets.commit(key, queue_id, offset)
 
     # -- the commit journal ----------------------------------------------------------------------------
 
@@ -395,8 +457,18 @@ class ConsumerOffsetManager:
         return self.path.with_name(self.path.name + ".journal")
 
     def _journal_append_locked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        record = _native.encode_journal_entry(self._version.counter, group, topic, queue_id, offset)
-        data = record
+        """Appends one commit (the caller holds the file lock, then `_lock`). Another process's persist may have
+        folded and replaced the journal since: the line then goes to the new one, tagged with the snapshot on
+        disk, so that `load()` replays it over that snapshot."""
+        if self._journal_fd is not None:
+            try:
+                current = os.stat(self.journal_path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current != os.fstat(self._journal_fd).st_ino:
+                os.close(self._journal_fd)
+                self._journal_fd = None
+        data = b""
         if self._journal_fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -410,11 +482,24 @@ class ConsumerOffsetManager:
                 raise
             self._journal_fd = fd
             self._journal_bytes = keep
+            self._journal_tag = max(self._version.counter, self._disk_counter())
             if keep == 0:
-                data = _native.OFFSETS_JOURNAL_HEADER + record
+                data = _native.OFFSETS_JOURNAL_HEADER
+        tag = max(self._journal_tag, self._version.counter)
+        record = _native.encode_journal_entry(tag, group, topic, queue_id, offset)
+        data += record
         os.write(self._journal_fd, data)
         self._journal_bytes += len(data)
         self._journal_since.append(record)
+
+    def _disk_counter(self) -> int:
+        """The data version counter of the snapshot on disk (0 when there is none or it cannot be read)."""
+        for path in (self.path, self.bak_path):
+            try:
+                return read_offsets(path.read_bytes(), path).version.counter
+            except (OSError, OffsetFileError):
+                continue
+        return 0
 
     def _compact_journal(self) -> None:
         """After a snapshot: the journal keeps only the lines appended since (usually none)."""
@@ -496,8 +581,10 @@ class ConsumerOffsetManager:
         queue_id = _args.queue_id(queue_id)
         offset = _args.java_long(offset, "offset")
         journal = _args.boolean(journal, "journal")
-        with self._lock:
-            self._offsets.commit(_key(topic, group), queue_id, offset)
+        with self._file_lock.held() if journal else contextlib.nullcontext(), self._lock:
+            key = _key(topic, group)
+            self._offsets.commit(key, queue_id, offset)
+            self._dirty[(key, queue_id)] = offset
             self._changes += 1
             self._seq += 1
             if journal:
@@ -559,6 +646,7 @@ class ConsumerOffsetManager:
         with self._lock:
             for key in [k for k in self._offsets.keys() if _group_of(k) == group]:
                 self._offsets.remove(key)
+                self._forget_locked(key)
             for table in (self._reset, self._pull):
                 for key in [k for k in table if _group_of(k) == group]:
                     del table[key]
@@ -571,11 +659,18 @@ class ConsumerOffsetManager:
         with self._lock:
             for key in [k for k in self._offsets.keys() if _topic_of(k) == topic]:
                 self._offsets.remove(key)
+                self._forget_locked(key)
             for table in (self._reset, self._pull):
                 for key in [k for k in table if _topic_of(k) == topic]:
                     del table[key]
             self._changes += 1
             self._seq += 1
+
+    def _forget_locked(self, key: str) -> None:
+        """A removed entry: the next persist drops it from the file too."""
+        self._removed.add(key)
+        for dirty in [d for d in self._dirty if d[0] == key]:
+            del self._dirty[dirty]
 
     def assign_reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """`assignResetOffset`: a server-side reset; it also overwrites the committed offset.
@@ -594,6 +689,7 @@ class ConsumerOffsetManager:
         with self._lock:
             self._reset.setdefault(key, {})[queue_id] = offset
             self._offsets.commit(key, queue_id, offset)
+            self._dirty[(key, queue_id)] = offset
             self._changes += 1
             self._seq += 1
 

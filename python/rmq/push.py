@@ -1,20 +1,28 @@
 """Push consumers: consumer groups sharing a topic's queues, with retries, a dead-letter queue and
-at-least-once delivery (RocketMQ's `DefaultMQPushConsumer` and the broker's consumer manager, in one process).
+at-least-once delivery (RocketMQ's `DefaultMQPushConsumer`; the broker's consumer manager is `rmq.group`).
 
-- Members of a group (`PushConsumer`s with the same `group` on the same store) divide the topic's queues
-  with a rebalance strategy (`rmq.rebalance`, AVG by default) and re-divide them whenever one starts or
-  shuts down. Each member also takes its share of the group's retry topic `%RETRY%<group>`.
+- Members of a group (`PushConsumer`s with the same `group` on the same store, in this process or others)
+  divide the topic's queues with a rebalance strategy (`rmq.rebalance`, AVG by default) and re-divide them
+  whenever one starts, shuts down or dies (`rmq.group`: who owns which queue, heartbeats, leases). Each member
+  also takes its share of the group's retry topic `%RETRY%<group>`.
 - Each member runs one pull thread (long polling: it sleeps until the reput service reports an arrival) and a
   pool of `consume_thread_nums` consume threads that call the listener with up to
   `consume_message_batch_max_size` messages.
-- A listener returning `RECONSUME_LATER` (or raising) sends each message of the batch back: to
-  `%RETRY%<group>` with reconsumeTimes + 1 and the properties RETRY_TOPIC / ORIGIN_MESSAGE_ID, or to
-  `%DLQ%<group>` once it was reconsumed `max_reconsume_times` times. Retries are redelivered at once: rmq has no
-  delay-level scheduler yet.
+- A listener returning `RECONSUME_LATER` (or raising) sends each message of the batch back as the broker's
+  `consumerSendMsgBack` does (`MessageStore.send_message_back`): to `%RETRY%<group>` with reconsumeTimes + 1,
+  the properties RETRY_TOPIC / ORIGIN_MESSAGE_ID and delay level `ConsumeContext.delay_level_when_next_consume`
+  (0, the default: 3 + reconsumeTimes), so retries come back after the level's delay (10 s, 30 s, 1 min, ...
+  with the default `message_delay_level`; the store's schedule service delivers them), or to `%DLQ%<group>`
+  once it was reconsumed `max_reconsume_times` times or when the listener set the level to -1.
 - At-least-once: the committed offset of a queue only passes messages whose consumption finished (the smallest
   in-flight offset, as `ProcessQueue` computes it). With `persist_offsets_each_batch` (the default) each batch's
   commit is appended to the offsets journal (`consumerOffset.json.journal`, replayed by `load()`), so a killed
   process redelivers at most its in-flight messages; the JSON snapshot is rewritten on rebalance and shutdown.
+- `orderly=True` takes a `MessageListenerOrderly` and consumes each queue in order, one thread per queue at a time,
+  suspending and retrying in place (`rmq.orderly`).
+- `message_model=MessageModel.BROADCASTING`: every consumer of the group gets every message of every queue and
+  keeps its own offsets (`rmq.local_offsets.LocalFileOffsetStore`); there is no rebalance among members, no retry
+  topic, and a message whose consumption fails is dropped (logged), as RocketMQ's client does.
 """
 
 from __future__ import annotations
@@ -25,15 +33,23 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rmq import _args, _native
 from rmq._native import ArgumentTypeError, BoundaryType, MessageExt
 from rmq.consumer import MAX_TOPIC_QUEUE_NUMS, ArrivalWaiter, PullStatus, pull_status, topic_queues
+from rmq.group import ConsumerGroup
+from rmq.local_offsets import LocalFileOffsetStore
+from rmq.orderly import (
+    DEFAULT_SUSPEND_MILLIS,
+    ORDERLY_MAX_RECONSUME_TIMES,
+    MessageListenerOrderly,
+    OrderlyProcessQueue,
+    OrderlyService,
+)
 from rmq.rebalance import AllocateMessageQueueAveragely, AllocateStrategy, MessageQueue, allocate_sorted
 
 if TYPE_CHECKING:
@@ -44,6 +60,10 @@ log = logging.getLogger(__name__)
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: Seconds before messages whose send-back failed are consumed again (the client's 5000 ms).
+SEND_BACK_RETRY = 5.0
+#: `DefaultMQPushConsumer.maxReconsumeTimes` −1: 16 for concurrent consumers (orderly ones: Integer.MAX_VALUE).
+DEFAULT_MAX_RECONSUME_TIMES = 16
 #: Properties the store writes itself; a message sent back gets them anew (UNIQ_KEY is carried over).
 _STORE_PROPERTIES = {"TAGS", "KEYS", "WAIT", "CLUSTER", "INNER_NUM", "INNER_BASE", "DELAY", "__CRC32#"}
 
@@ -63,12 +83,27 @@ class ConsumeFromWhere(enum.Enum):
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
+class MessageModel(enum.Enum):
+    """How a group's consumers share messages (`MessageModel`)."""
+
+    #: The group's members divide the queues; each message is consumed by one member; offsets are the group's.
+    CLUSTERING = "CLUSTERING"
+    #: Every member consumes every message and keeps its own offsets.
+    BROADCASTING = "BROADCASTING"
+
+
 @dataclass
 class ConsumeContext:
-    """Passed to the listener with each batch."""
+    """Passed to the listener with each batch (`ConsumeConcurrentlyContext`).
+
+    `delay_level_when_next_consume` decides where a batch the listener does not consume goes: 0 (the default)
+    lets the broker decide (delay level 3 + reconsumeTimes), > 0 is that delay level (clamped to the highest
+    level of `message_delay_level`), -1 sends the messages straight to the dead-letter queue.
+    """
 
     queue: MessageQueue
     consumer_id: str
+    delay_level_when_next_consume: int = 0
 
 
 MessageListener = Callable[[list[MessageExt], ConsumeContext], ConsumeStatus]
@@ -87,12 +122,36 @@ def dlq_topic(group: str) -> str:
 class ProcessQueue:
     """The messages of one queue pulled and not yet consumed (`ProcessQueue`), and the offset to commit."""
 
-    def __init__(self, mq: MessageQueue, next_offset: int) -> None:
+    def __init__(self, mq: MessageQueue, next_offset: int, *, orderly: bool = False) -> None:
         self.mq = mq
         self.next_offset = next_offset
         self.dropped = False
         self.lock = threading.Lock()
         self._in_flight: dict[int, None] = {}  # queue offsets, ascending (insertion order)
+        #: An orderly consumer's messages and consume lock (`rmq.orderly`); None for concurrent consumers.
+        self.orderly = OrderlyProcessQueue() if orderly else None
+        self._consuming = 0  # listener calls of this queue running now
+        self._idle = threading.Condition(self.lock)
+
+    def begin_consume(self) -> bool:
+        """Marks a listener call started; False (nothing marked) when the queue was dropped."""
+        with self.lock:
+            if self.dropped:
+                return False
+            self._consuming += 1
+            return True
+
+    def end_consume(self) -> None:
+        """Marks a listener call finished (the caller holds `lock`)."""
+        self._consuming -= 1
+        if self._consuming == 0:
+            self._idle.notify_all()
+
+    def wait_idle(self) -> None:
+        """Waits until no listener call of this queue is running (the caller holds `lock`, set `dropped`)."""
+        while self._consuming:
+            if not self._idle.wait(10.0):
+                log.warning("%s: still waiting for a listener call to finish before releasing the queue", self.mq)
 
     def add(self, queue_offsets: Sequence[int], next_offset: int) -> None:
         with self.lock:
@@ -101,7 +160,7 @@ class ProcessQueue:
             self.next_offset = next_offset
 
     def in_flight(self) -> int:
-        return len(self._in_flight)
+        return self.orderly.count() if self.orderly is not None else len(self._in_flight)
 
     def remove(self, queue_offsets: Sequence[int]) -> int:
         """Marks offsets consumed; returns the offset to commit (caller holds `lock`)."""
@@ -111,6 +170,9 @@ class ProcessQueue:
 
     def commit_offset(self) -> int:
         """The smallest in-flight offset, or the next offset to pull when nothing is in flight."""
+        if self.orderly is not None:
+            first = self.orderly.first_unconsumed()
+            return self.next_offset if first is None else first
         return next(iter(self._in_flight), self.next_offset)
 
 
@@ -122,52 +184,41 @@ class ConsumerStats:
     sent_to_retry: int = 0
     sent_to_dlq: int = 0
     listener_errors: int = 0
+    #: Messages whose send-back to the retry topic or DLQ failed; each is consumed again in this process later.
+    send_back_failures: int = 0
+    #: Orderly: batches suspended (SUSPEND_CURRENT_QUEUE_A_MOMENT, an exception, or None) to be retried in place.
+    suspended: int = 0
+    #: Broadcasting: messages whose consumption failed, dropped as RocketMQ's client drops them.
+    dropped_failures: int = 0
     pulls: int = 0
     rebalances: int = 0
     queues_history: list[list[MessageQueue]] = field(default_factory=list)
 
 
-class _Group:
-    """The broker's view of one consumer group on one store: its live members, rebalanced together."""
-
-    _groups: weakref.WeakKeyDictionary[MessageStore, dict[str, _Group]] = weakref.WeakKeyDictionary()
-    _lock = threading.Lock()
+class _Solo:
+    """A broadcasting consumer's group: itself alone. It takes every queue, keeps no registry and rebalances
+    with nobody (the same calls as `rmq.group.ConsumerGroup`)."""
 
     def __init__(self) -> None:
         self.members: list[PushConsumer] = []
         self.lock = threading.RLock()
 
-    @classmethod
-    def of(cls, store: MessageStore, group: str) -> _Group:
-        with cls._lock:
-            groups = cls._groups.setdefault(store, {})
-            g = groups.get(group)
-            if g is None:
-                g = groups[group] = _Group()
-            return g
-
     def join(self, consumer: PushConsumer) -> None:
         with self.lock:
-            if any(m.consumer_id == consumer.consumer_id for m in self.members):
-                raise ValueError(f"consumer id {consumer.consumer_id!r} already in group {consumer.group!r}")
-            self.members.append(consumer)
+            self.members = [consumer]
             self.rebalance()
 
     def leave(self, consumer: PushConsumer) -> None:
         with self.lock:
-            self.members = [m for m in self.members if m is not consumer]
+            self.members = []
+            consumer._drop_except({})
             consumer._apply_allocation({})
-            self.rebalance()
 
     def rebalance(self) -> None:
-        """Every member drops the queues it loses before any member takes a queue, so no queue ever has two
-        owners."""
         with self.lock:
-            cids = [m.consumer_id for m in self.members]
-            plans = [(m, m._allocation(cids)) for m in self.members]
-            for m, plan in plans:
+            for m in self.members:
+                plan = m._allocation([m.consumer_id])
                 m._drop_except(plan)
-            for m, plan in plans:
                 m._apply_allocation(plan)
 
 
@@ -184,7 +235,19 @@ def _check_push_args(a: dict[str, object]) -> None:
     _args.name(a["topic"], "topic")
     if not callable(a["listener"]):
         raise ArgumentTypeError(f"listener must be callable, got {type(a['listener']).__name__}")
-    instance("offsets", ConsumerOffsetManager, "a ConsumerOffsetManager")
+    _args.boolean(a["orderly"], "orderly")
+    instance("message_model", MessageModel, "a MessageModel")
+    if a["message_model"] is MessageModel.BROADCASTING:
+        if a["offsets"] is not None:
+            instance("offsets", LocalFileOffsetStore, "a LocalFileOffsetStore or None when broadcasting")
+        lod = a["local_offset_store_dir"]
+        if lod is not None and not isinstance(lod, str | os.PathLike):
+            raise ArgumentTypeError(f"local_offset_store_dir must be a str or os.PathLike, got {type(lod).__name__}")
+    else:
+        instance("offsets", ConsumerOffsetManager, "a ConsumerOffsetManager")
+        if a["local_offset_store_dir"] is not None:
+            raise _native.InvalidArgumentError("local_offset_store_dir is for broadcasting consumers")
+    _args.integer(a["suspend_current_queue_time_millis"], "suspend_current_queue_time_millis", 0, _args.JAVA_INT_MAX)
     _args.text(a["subscription"], "subscription")
     if a["consumer_id"] is not None:
         _args.name(a["consumer_id"], "consumer_id")
@@ -193,7 +256,8 @@ def _check_push_args(a: dict[str, object]) -> None:
     for name in ("consume_thread_nums", "consume_message_batch_max_size", "pull_batch_size"):
         _args.positive(a[name], name, 1 << 16)
     _args.positive(a["pull_threshold_for_queue"], "pull_threshold_for_queue")
-    _args.integer(a["max_reconsume_times"], "max_reconsume_times", 0, _args.JAVA_INT_MAX)
+    if a["max_reconsume_times"] != -1:
+        _args.integer(a["max_reconsume_times"], "max_reconsume_times", 0, _args.JAVA_INT_MAX)
     instance("consume_from_where", ConsumeFromWhere, "a ConsumeFromWhere")
     if a["consume_timestamp"] is not None:
         _args.java_long(a["consume_timestamp"], "consume_timestamp")
@@ -206,6 +270,8 @@ def _check_push_args(a: dict[str, object]) -> None:
 
 
 _ids = itertools.count()
+READ_ONLY_POLL = 0.1
+"""Seconds between refreshes of a read-only store (another process writes it) while a consumer has nothing."""
 FLOW_CONTROL_DELAY = 0.05
 """Seconds before a throttled queue is pulled again (`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL` = 50 ms)."""
 
@@ -216,6 +282,14 @@ class PushConsumer:
     `start()` joins the group (the group rebalances), `shutdown()` finishes in-flight batches, commits and
     persists offsets and leaves (the others take over its queues). Offsets live in `offsets`, shared by the
     group's members (`ConsumerOffsetManager`, `consumerOffset.json`).
+
+    `orderly=True`: `listener` is a `MessageListenerOrderly` (`rmq.orderly`); `suspend_current_queue_time_millis`
+    is the pause before a suspended queue is retried. `max_reconsume_times=-1` (the default) is Java's: 16 for a
+    concurrent consumer, Integer.MAX_VALUE for an orderly one.
+
+    `message_model=MessageModel.BROADCASTING`: `offsets` is this consumer's `LocalFileOffsetStore`, by default
+    `<local_offset_store_dir>/<consumer_id>/<group>/offsets.json` (give a stable `consumer_id` to resume after a
+    restart; the default id holds the process id, as Java's client id does).
     """
 
     def __init__(
@@ -223,9 +297,9 @@ class PushConsumer:
         store: MessageStore,
         group: str,
         topic: str,
-        listener: MessageListener,
+        listener: MessageListener | MessageListenerOrderly,
         *,
-        offsets: ConsumerOffsetManager,
+        offsets: ConsumerOffsetManager | LocalFileOffsetStore | None = None,
         subscription: str = "*",
         consumer_id: str | None = None,
         strategy: AllocateStrategy | None = None,
@@ -233,25 +307,37 @@ class PushConsumer:
         consume_message_batch_max_size: int = 1,
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         consume_timestamp: int | None = None,
         persist_offsets_each_batch: bool = True,
         topic_queue_nums: int = 4,
         poll_timeout: float = 5.0,
+        orderly: bool = False,
+        suspend_current_queue_time_millis: int = DEFAULT_SUSPEND_MILLIS,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        local_offset_store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         _check_push_args(locals())
         self.store = store
         self.group = group
         self.topic = topic
         self.listener = listener
-        self.offsets = offsets
-        self.subscriptions = {topic: subscription, retry_topic(group): "*"}
+        self.message_model = message_model
         self.consumer_id = consumer_id or f"127.0.0.1@{os.getpid()}#{next(_ids)}"
+        if offsets is None:
+            offsets = LocalFileOffsetStore(self.consumer_id, group, local_offset_store_dir=local_offset_store_dir)
+        self.offsets: ConsumerOffsetManager | LocalFileOffsetStore = offsets
+        # A broadcasting consumer has no retry topic (Java subscribes it only when clustering).
+        self.subscriptions = (
+            {topic: subscription} if self.broadcasting else {topic: subscription, retry_topic(group): "*"}
+        )
         self.strategy: AllocateStrategy = strategy or AllocateMessageQueueAveragely()
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        if max_reconsume_times == -1:
+            max_reconsume_times = ORDERLY_MAX_RECONSUME_TIMES if orderly else DEFAULT_MAX_RECONSUME_TIMES
         self.max_reconsume_times = max_reconsume_times
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp
@@ -262,9 +348,20 @@ class PushConsumer:
         self._consume_thread_nums = consume_thread_nums
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pqs_lock = threading.Lock()
+        self._releasing: dict[MessageQueue, ProcessQueue] = {}  # orderly queues dropped, not yet released
         self._running = threading.Event()
         self._waiter = ArrivalWaiter.of(store)
-        self._group = _Group.of(store, group)
+        # A broadcasting consumer is a group of its own: it takes every queue and rebalances with nobody.
+        self._group: ConsumerGroup | _Solo = _Solo() if self.broadcasting else ConsumerGroup.of(store, group)
+        self._orderly: OrderlyService | None = None
+        if orderly:
+            self._orderly = OrderlyService(
+                self,
+                listener,  # type: ignore[arg-type]
+                suspend_current_queue_time_millis,
+                dlq_topic=dlq_topic(group),
+                store_properties=frozenset(_STORE_PROPERTIES),
+            )
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._persist_lock = threading.Lock()
@@ -279,6 +376,8 @@ class PushConsumer:
             raise RuntimeError("already started")
         self._running.set()
         self._pool = ThreadPoolExecutor(self._consume_thread_nums, thread_name_prefix=f"rmq-consume-{self.group}")
+        if self._orderly is not None:
+            self._orderly.start()
         self._thread = threading.Thread(target=self._pull_loop, name=f"rmq-pull-{self.consumer_id}", daemon=True)
         self._thread.start()
         self._group.join(self)
@@ -292,9 +391,13 @@ class PushConsumer:
         self._waiter.notify_all()
         if self._thread is not None:
             self._thread.join()
+        if self._orderly is not None:
+            self._orderly.stop()  # each queue's loop ends after its current batch
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        self._group.leave(self)
+        self._group.leave(self)  # orderly: every queue released, its offset committed
+        if self._orderly is not None:
+            self._orderly.close()
         self.offsets.persist()
 
     def __enter__(self) -> PushConsumer:
@@ -312,6 +415,14 @@ class PushConsumer:
                 for mq in m.assigned_queues():
                     out.setdefault(mq, []).append(m.consumer_id)
             return out
+
+    @property
+    def broadcasting(self) -> bool:
+        return self.message_model is MessageModel.BROADCASTING
+
+    @property
+    def orderly(self) -> bool:
+        return self._orderly is not None
 
     def assigned_queues(self) -> list[MessageQueue]:
         """The queues this member owns now, sorted."""
@@ -331,27 +442,69 @@ class PushConsumer:
         return plan
 
     def _drop_except(self, plan: dict[MessageQueue, str]) -> None:
+        settled = self._settle_releasing()
         with self._pqs_lock:
             gone = [mq for mq in self._pqs if mq not in plan]
         for mq in gone:
             with self._pqs_lock:
                 pq = self._pqs.pop(mq, None)
-            if pq is not None:
-                with pq.lock:
-                    pq.dropped = True
-                    self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, pq.commit_offset())
-        if gone:
+            if pq is None:
+                continue
+            if self._orderly is not None:
+                self._orderly.drop(pq)  # released once its batch in the listener (if any) is done and committed
+                with self._pqs_lock:
+                    self._releasing[mq] = pq
+                continue
+            with pq.lock:
+                pq.dropped = True
+                pq.wait_idle()  # released only once no listener call of it runs
+                self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, pq.commit_offset())
+        if gone or settled:
             self._persist()
+
+    def refresh_offsets(self) -> None:
+        """Takes in the offsets other processes persisted (the group's previous owners of queues just acquired)."""
+        if not isinstance(self.offsets, LocalFileOffsetStore):  # a broadcasting consumer's offsets are its own
+            self.offsets.refresh()
+
+    def releasing_queues(self) -> list[MessageQueue]:
+        """Orderly: the queues dropped whose batch in the listener has not returned yet (or whose release is not
+        persisted yet); the group keeps them this member's until a later rebalance."""
+        with self._pqs_lock:
+            return sorted(self._releasing)
+
+    def _settle_releasing(self) -> bool:
+        """Forgets the dropped orderly queues released since; True when there were any (their offsets, committed
+        on release, are to be persisted before the group hands them over)."""
+        with self._pqs_lock:
+            done = [mq for mq, pq in self._releasing.items() if pq.orderly is None or pq.orderly.released]
+            for mq in done:
+                del self._releasing[mq]
+        return bool(done)
 
     def _apply_allocation(self, plan: dict[MessageQueue, str]) -> None:
         self._drop_except(plan)
         with self._pqs_lock:
             new = [mq for mq in plan if mq not in self._pqs]
+            if self._orderly is not None:
+                new = self._orderly.admit(new)  # only the queues it could lock; the others wait (adopt_pending)
             for mq in new:
-                self._pqs[mq] = ProcessQueue(mq, self._start_offset(mq))
+                self._pqs[mq] = ProcessQueue(mq, self._start_offset(mq), orderly=self._orderly is not None)
             self.stats.rebalances += 1
             self.stats.queues_history.append(sorted(self._pqs))
         self._waiter.notify_all()
+
+    def _adopt_pending(self) -> None:
+        """Orderly: takes the allocated queues whose previous owner has released them since the rebalance."""
+        if self._orderly is None or not self._orderly.pending():
+            return
+        with self._group.lock:  # between rebalances: the pending set is the current allocation's
+            got = self._orderly.adopt()
+            with self._pqs_lock:
+                for mq in got:
+                    self._pqs[mq] = ProcessQueue(mq, self._start_offset(mq), orderly=True)
+                if got:
+                    self.stats.queues_history.append(sorted(self._pqs))
 
     def _start_offset(self, mq: MessageQueue) -> int:
         committed = self.offsets.query_offset(self.group, mq.topic, mq.queue_id)
@@ -385,6 +538,7 @@ class PushConsumer:
             if self._queues_changed():
                 self._group.rebalance()
             seen = self._waiter.arrivals
+            self._adopt_pending()
             progressed = throttled = False
             with self._pqs_lock:
                 queues = list(self._pqs.values())
@@ -406,6 +560,10 @@ class PushConsumer:
                 # Flow control: a queue with too much in flight is tried again after 50 ms, as RocketMQ's client
                 # does (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL); otherwise wait for an arrival (long polling).
                 timeout = FLOW_CONTROL_DELAY if throttled else self.poll_timeout
+                if self.store.read_only:
+                    # Another process writes: take in its messages, and poll (no reput signals arrivals here).
+                    self.store.refresh()
+                    timeout = min(timeout, READ_ONLY_POLL)
                 self._waiter.wait_arrival_since(seen, timeout)
 
     def _pull_once(self, pq: ProcessQueue) -> bool:
@@ -418,6 +576,9 @@ class PushConsumer:
         if status is PullStatus.FOUND:
             msgs = r.messages
             qoffs = r.queue_offsets
+            if self._orderly is not None:
+                self._orderly.submit(pq, msgs, r.next_begin_offset)
+                return True
             pq.add(qoffs, r.next_begin_offset)
             assert self._pool is not None
             step = self.consume_message_batch_max_size
@@ -441,46 +602,75 @@ class PushConsumer:
     # -- consuming ---------------------------------------------------------------------------------------
 
     def _consume(self, pq: ProcessQueue, msgs: list[MessageExt], qoffs: list[int]) -> None:
-        if pq.dropped:
+        if not pq.begin_consume():
             return
-        ctx = ConsumeContext(pq.mq, self.consumer_id)
+        back_failed: list[tuple[MessageExt, int]] = []
         try:
-            status = self.listener(msgs, ctx)
-        except Exception:
-            log.exception("listener failed; the batch will be reconsumed")
-            self.stats.listener_errors += 1
-            status = ConsumeStatus.RECONSUME_LATER
-        if status is not ConsumeStatus.CONSUME_SUCCESS:
-            for m in msgs:
-                self._send_back(m)
-        else:
-            self.stats.consumed += len(msgs)
-        with pq.lock:
-            commit = pq.remove(qoffs)
-            if not pq.dropped:
-                mq = pq.mq
-                journal = self.persist_offsets_each_batch
-                self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, commit, journal=journal)
+            ctx = ConsumeContext(pq.mq, self.consumer_id)
+            try:
+                status = cast(MessageListener, self.listener)(msgs, ctx)
+            except Exception:
+                log.exception("listener failed; the batch will be reconsumed")
+                self.stats.listener_errors += 1
+                status = ConsumeStatus.RECONSUME_LATER
+            if status is not ConsumeStatus.CONSUME_SUCCESS and self.broadcasting:
+                # ConsumeMessageConcurrentlyService: BROADCASTING drops a failed message (logs it), never sends it
+                # back.
+                for m in msgs:
+                    log.warning("BROADCASTING, the message consume failed, drop it: %s of %s", m.msg_id, m.topic)
+                self.stats.dropped_failures += len(msgs)
+            elif status is not ConsumeStatus.CONSUME_SUCCESS:
+                for m, q in zip(msgs, qoffs, strict=True):
+                    try:
+                        self._send_back(m, ctx)
+                    except Exception:
+                        # As the client does when sendMessageBack fails: the message stays in the queue (its offset
+                        # is not committed past) and is consumed again here later, reconsume times + 1.
+                        log.exception(
+                            "sending %s back failed; it is consumed again in %.0f s", m.msg_id, SEND_BACK_RETRY
+                        )
+                        self.stats.send_back_failures += 1
+                        back_failed.append((m.with_reconsume_times(m.reconsume_times + 1), q))
+            else:
+                self.stats.consumed += len(msgs)
+        finally:
+            done = qoffs
+            if back_failed:
+                keep = {q for _, q in back_failed}
+                done = [q for q in qoffs if q not in keep]
+                self._consume_later(pq, back_failed)
+            with pq.lock:
+                pq.end_consume()
+                commit = pq.remove(done)
+                if not pq.dropped:
+                    mq = pq.mq
+                    journal = self.persist_offsets_each_batch
+                    self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, commit, journal=journal)
 
-    def _send_back(self, m: MessageExt) -> None:
-        """`consumerSendMsgBack`: to the retry topic with reconsumeTimes + 1, or to the DLQ."""
-        props = {k: v for k, v in m.properties.items() if k not in _STORE_PROPERTIES}
-        props.setdefault("RETRY_TOPIC", m.topic)
-        props.setdefault("ORIGIN_MESSAGE_ID", m.msg_id)
-        to_dlq = m.reconsume_times >= self.max_reconsume_times
-        topic = dlq_topic(self.group) if to_dlq else retry_topic(self.group)
-        keys = m.keys
-        self.store.put(
-            topic,
-            m.body,
-            queue_id=0,
-            tags=m.tags,
-            keys=keys or None,
-            properties=props,
-            flag=m.flag,
-            born_timestamp=m.born_timestamp,
-            born_host=m.born_host,
-            reconsume_times=m.reconsume_times + 1,
+    def _consume_later(self, pq: ProcessQueue, items: list[tuple[MessageExt, int]]) -> None:
+        """`submitConsumeRequestLater`: consumes `items` again after `SEND_BACK_RETRY` seconds unless the consumer
+        stopped (then they stay uncommitted and are delivered again after a restart)."""
+
+        def submit() -> None:
+            if not self._running.is_set() or pq.dropped or self._pool is None:
+                return
+            try:
+                self._pool.submit(self._consume, pq, [m for m, _ in items], [q for _, q in items])
+            except RuntimeError:  # the pool shut down meanwhile
+                pass
+
+        t = threading.Timer(SEND_BACK_RETRY, submit)
+        t.daemon = True
+        t.start()
+
+    def _send_back(self, m: MessageExt, ctx: ConsumeContext) -> None:
+        """`consumerSendMsgBack` (the store builds the message as the broker does): to the retry topic with
+        reconsumeTimes + 1 and the context's delay level, or to the DLQ."""
+        level = _args.integer(
+            ctx.delay_level_when_next_consume, "delay_level_when_next_consume", _args.JAVA_INT_MIN, _args.JAVA_INT_MAX
+        )
+        _, _, to_dlq, _ = self.store.send_message_back(
+            m.commitlog_offset, self.group, delay_level=level, max_reconsume_times=self.max_reconsume_times
         )
         if to_dlq:
             self.stats.sent_to_dlq += 1

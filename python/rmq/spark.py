@@ -11,7 +11,8 @@ in Rust. Damage raises CorruptionError naming file and offset, or with `mode` PE
 `storeTimestampTo` filter in the reader; Spark's own filter pushdown is opt-in (`pushdown=true`, see
 `RocketMQDataSource`). Selecting fewer columns through a user schema (`.schema("topic string, body binary")`)
 decodes only those. Executors need rmq installed in the same Python environment (see the README: ship a
-packed venv).
+packed venv). Reads bounded by queue offsets or store times, and `spark.readStream`, go by consume-queue offsets
+instead (`rmq.spark_queues`, `rmq.spark_stream`).
 
 Requires the `spark` extra (`pip install rmq[spark]`): pyspark, pyarrow, pandas.
 """
@@ -37,6 +38,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -46,50 +50,18 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 from pyspark.sql.window import Window
 
 from rmq import _native
+from rmq.spark_queues import QUEUE_OPTIONS, RocketMQQueueReader, _int_option
 
 _log = logging.getLogger("rmq.spark")
 
-#: The DataFrame schema, one row per message (timestamps are the record's milliseconds, as Spark timestamps).
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("queue_id", IntegerType(), False),
-        StructField("queue_offset", LongType(), False),
-        StructField("commitlog_offset", LongType(), False),
-        StructField("store_size", IntegerType(), False),
-        StructField("flag", IntegerType(), False),
-        StructField("sys_flag", IntegerType(), False),
-        StructField("transaction_type", StringType(), False),
-        StructField("born_timestamp", TimestampType(), False),
-        StructField("store_timestamp", TimestampType(), False),
-        StructField("born_host", StringType(), False),
-        StructField("store_host", StringType(), False),
-        StructField("reconsume_times", IntegerType(), False),
-        StructField("prepared_transaction_offset", LongType(), False),
-        StructField("body", BinaryType(), False),
-        StructField("properties", MapType(StringType(), StringType(), True), False),
-        StructField("tags", StringType(), True),
-        StructField("keys", ArrayType(StringType(), True), False),
-        StructField("uniq_key", StringType(), True),
-        StructField("msg_id", StringType(), False),
-        StructField("body_crc_ok", BooleanType(), False),
-    ]
-)
+#: The DataFrame schema, one row per message (timestamps are the record's milliseconds, as Spark timestamps):
+#: Spark's reading of the one Arrow schema Rust defines (`rmq._native.arrow_schema`, `rmq.arrow.SCHEMA`).
+SCHEMA: StructType = from_arrow_schema(pa.schema(_native.arrow_schema()), prefer_timestamp_ntz=False)
 SCHEMA_DDL = ", ".join(f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in SCHEMA)
 
 #: Default split size: bytes of a segment per task.
@@ -225,12 +197,25 @@ def _store_ms(options: dict[str, str], name: str) -> int | None:
     return (t - _EPOCH) // dt.timedelta(milliseconds=1)
 
 
+def output_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of the batches a reader yields for Spark's `schema` (a subset of `SCHEMA`'s columns):
+    equal to Spark's, nullability included (a user schema may differ from ours)."""
+    from rmq import arrow
+
+    known = {f.name: f for f in SCHEMA}
+    for f in schema:
+        if f.name not in known or f.dataType != known[f.name].dataType:
+            raise _native.InvalidConfigError(
+                f"column {f.name} {f.dataType.simpleString()} is not one of the rocketmq source's: {SCHEMA_DDL}"
+            )
+    columns = [f.name for f in schema]
+    return pa.schema([f.with_nullable(s.nullable) for f, s in zip(arrow.arrow_schema(columns), schema, strict=True)])
+
+
 class RocketMQReader(DataSourceReader):
     """Reads splits of a commitlog into Arrow batches (see the module docs and `RocketMQDataSource`)."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        from rmq import arrow
-
         options = {k.lower(): v for k, v in options.items()}  # Spark's options are case-insensitive
         if "path" not in options:
             raise _native.InvalidConfigError(
@@ -249,26 +234,22 @@ class RocketMQReader(DataSourceReader):
             raise _native.InvalidConfigError(f"option mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.bad_records_path: str | None = options.get("badrecordspath")
         self.skip_damage = mode != "FAILFAST" or _flag(options, "ignoreCorruptFiles") or bool(self.bad_records_path)
-        known = {f.name: f for f in SCHEMA}
-        for f in schema:
-            if f.name not in known or f.dataType != known[f.name].dataType:
-                raise _native.InvalidConfigError(
-                    f"column {f.name} {f.dataType.simpleString()} is not one of the rocketmq source's: {SCHEMA_DDL}"
-                )
-        self.columns = [f.name for f in schema]
-        # The batches' schema must equal Spark's, nullability included (a user schema may differ from ours).
-        self.arrow_schema = pa.schema(
-            [f.with_nullable(s.nullable) for f, s in zip(arrow.arrow_schema(self.columns), schema, strict=True)]
-        )
+        self.arrow_schema = output_schema(schema)
+        self.columns = list(self.arrow_schema.names)
         # Filters given as options belong to this DataFrame, so every query on it sees them (unlike pushdown).
         topics = options.get("topics")
         self.topics: list[str] | None = sorted({t.strip() for t in topics.split(",")}) if topics is not None else None
+        self.min_partitions = _int_option(options, "minPartitions", 1)
         self.min_ms = _store_ms(options, "storeTimestampFrom")
         until = _store_ms(options, "storeTimestampTo")
         self.max_ms = None if until is None else until - 1  # exclusive bound
 
     def partitions(self) -> Sequence[InputPartition]:
         splits, damage = plan(self.path, self.split_size, skip_damage=self.skip_damage)
+        if self.min_partitions is not None and 0 < len(splits) < self.min_partitions:
+            # Smaller splits; a split still holds whole records, so records bigger than that keep the count lower.
+            size = max(1, sum(s.end - s.start for s in splits) // self.min_partitions)
+            splits, damage = plan(self.path, min(size, self.split_size), skip_damage=self.skip_damage)
         record_damage(self.bad_records_path, damage)
         return splits
 
@@ -359,6 +340,11 @@ class RocketMQDataSource(DataSource):
       `PythonDataSourceV2` (`setReadInfo`) and hand it to every later scan of that DataFrame that pushes nothing:
       `df.where("topic = 'A'").count()` followed by `df.count()` counts topic A only. With pushdown off the
       reader keeps no per-query state, so every query returns what is on disk.
+    - `minPartitions`: at least that many splits (a smaller split size; a split holds whole records).
+    - `includeProperties` ("true"): "false" leaves the `properties` column out.
+    - `startingOffsets`, `endingOffsets`, `startingTimestamp`, `endingTimestamp` (and their per-queue JSON forms),
+      `topicPattern`, `failOnDataLoss`: the read goes by consume-queue offsets instead (`rmq.spark_queues`).
+    - `spark.readStream.format("rocketmq")`: Structured Streaming by queue offsets (`rmq.spark_stream`).
     """
 
     @classmethod
@@ -366,12 +352,40 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
+        if not _flag({k.lower(): v for k, v in self.options.items()}, "includeProperties", True):
+            return StructType([f for f in SCHEMA if f.name != "properties"])
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if _flag({k.lower(): v for k, v in self.options.items()}, "pushdown"):
-            return RocketMQPushdownReader(dict(self.options), schema)
-        return RocketMQReader(dict(self.options), schema)
+        options = {k.lower(): v for k, v in self.options.items()}
+        if any(k in options for k in QUEUE_OPTIONS):
+            return RocketMQQueueReader(options, schema)
+        if _flag(options, "pushdown"):
+            return RocketMQPushdownReader(options, schema)
+        return RocketMQReader(options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        try:
+            from rmq.spark_stream import RocketMQStreamReader
+        except ImportError as e:  # PySpark 4.1: Python sources get no read limits (pyspark.sql.streaming.datasource)
+            raise _native.InvalidConfigError(
+                f"the rocketmq streaming source needs PySpark 4.2 or later (read limits for Python sources): {e}"
+            ) from None
+        return RocketMQStreamReader({k.lower(): v for k, v in self.options.items()}, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """`df.write.format("rocketmq").mode("append").save(store)`: rows become messages (`rmq.spark_writer`)."""
+        from rmq import spark_writer
+
+        spark_writer.refuse_overwrite(overwrite)
+        return spark_writer.RocketMQWriter(dict(self.options), schema, SCHEMA.names)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's)
+        """`df.writeStream.format("rocketmq")...start(store)`: each micro-batch written as `writer` does."""
+        from rmq import spark_writer
+
+        spark_writer.refuse_overwrite(overwrite)
+        return spark_writer.RocketMQStreamWriter(dict(self.options), schema, SCHEMA.names)
 
 
 # -- UDFs ----------------------------------------------------------------------------------------------------
@@ -508,9 +522,9 @@ def run_spark(store: Path, out: Path, master: str | None, *, quiet: bool = False
     """The pipeline job (`run_pipeline`) in a session of its own, with the executors' ids added to its result.
     Prints the summaries unless `quiet`."""
     say = (lambda _text: None) if quiet else print
-    say(f"Spark job over {store} (master {master or os.environ.get('SPARK_MASTER', 'local[*]')}) ...")
     started = time.perf_counter()
     spark = session(master)
+    say(f"Spark job over {store} (master {spark.sparkContext.master}) ...")  # spark-submit's when it gave one
     try:
         result = run_pipeline(spark, store, out)
         result["executors"] = executor_ids(spark)

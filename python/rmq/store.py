@@ -5,10 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from rmq import _args, _native
 from rmq._native import ArgumentTypeError
+
+if TYPE_CHECKING:
+    from rmq.topics import TopicConfig, TopicConfigManager
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
 BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
@@ -52,6 +55,10 @@ class StoreConfig:
     flush_disk_type: FlushDiskType = _default("flush_disk_type")
     store_host: str = _default("store_host")
     broker_cluster_name: str | None = _default("broker_cluster_name")
+    transaction_time_out: int = _default("transaction_time_out")
+    transaction_check_max: int = _default("transaction_check_max")
+    transaction_check_interval: int = _default("transaction_check_interval")
+    reject_transaction_message: bool = _default("reject_transaction_message")
     mapped_file_size_consume_queue: int = _default("mapped_file_size_consume_queue")
     max_hash_slot_num: int = _default("max_hash_slot_num")
     max_index_num: int = _default("max_index_num")
@@ -83,6 +90,8 @@ class StoreConfig:
     commit_commit_log_least_pages: int = _default("commit_commit_log_least_pages")
     commit_commit_log_thorough_interval: int = _default("commit_commit_log_thorough_interval")
     wake_commit_when_put_message: bool = _default("wake_commit_when_put_message")
+    flush_delay_offset_interval: int = _default("flush_delay_offset_interval")
+    delay_offset_update_version_step: int = _default("delay_offset_update_version_step")
     file_reserved_time: int = _default("file_reserved_time")
     delete_when: str = _default("delete_when")
     disk_max_used_space_ratio: int = _default("disk_max_used_space_ratio")
@@ -153,13 +162,14 @@ class ConsumeQueueEntry(NamedTuple):
 class ServiceStats(NamedTuple):
     """What one of the store's background services has done (`MessageStore.service_stats()`)."""
 
-    #: "reput", "flush", "flush_cq", "warm".
+    #: "reput", "warm", "flush", "flush_cq", "group_commit", "commit", "clean", "schedule" (those that run).
     name: str
     #: Whether its thread is alive.
     running: bool
     #: Rounds of work done.
     rounds: int
-    #: Units of work: records dispatched (reput), bytes flushed (flush, flush_cq), bytes warmed (warm).
+    #: Units of work: records dispatched (reput), bytes flushed (flush, flush_cq), bytes warmed (warm), delayed
+    #: messages delivered (schedule).
     work: int
     #: Rounds that failed (the service retries on its schedule).
     errors: int
@@ -240,6 +250,8 @@ class MessageStore(_native.MessageStore):
     ) -> None:
         # A read-only store takes no puts: everything is dispatched by the open, and `refresh()` dispatches
         # what another process added.
+        if not read_only:
+            self._topics  # noqa: B018 - loads config/topics.json, whose queue counts puts are checked against
         if start_services and start_reput and not read_only:
             self.start_services()
 
@@ -255,6 +267,69 @@ class MessageStore(_native.MessageStore):
             if s.name == "reput":
                 return s
         return ServiceStats("reput", False, 0, 0, 0, None)
+
+    @property
+    def topics_path(self) -> str:
+        """`<root>/config/topics.json`, where RocketMQ's broker keeps topic configurations (spec §9.4)."""
+        return os.path.join(self.path, "config", "topics.json")
+
+    @property
+    def _topics(self) -> TopicConfigManager:
+        mgr: TopicConfigManager | None = self.__dict__.get("_topic_manager")
+        if mgr is None:
+            from rmq.topics import TopicConfigManager
+
+            mgr = self.__dict__.setdefault("_topic_manager", TopicConfigManager(self.topics_path))
+            if not self.read_only:
+                # `put` and `put_batch` (native) refuse a queue id past a configured topic's queues.
+                mgr.on_change = self._set_queue_limits
+            mgr.load()
+        return mgr
+
+    def create_topic(
+        self,
+        name: str,
+        queues: int = 8,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: int = 6,
+        order: bool = False,
+        *,
+        attributes: Mapping[str, str] | None = None,
+    ) -> TopicConfig:
+        """Creates or updates a topic's configuration in `config/topics.json` (the broker's
+        `updateAndCreateTopic`): `read_queues` and `write_queues` default to `queues`; `perm` is RocketMQ's
+        `PermName` bits (4 read, 2 write, 1 inherit). Bad arguments raise `InvalidTopicError` (names breaking
+        `TopicValidator`, system topics), `InvalidArgumentError` or `ArgumentTypeError`, and nothing is written.
+        See `rmq.topics` for what a configuration changes (puts past the queue count are refused; push
+        consumers divide `read_queues` queues)."""
+        from rmq.topics import check_topic_config
+
+        config = check_topic_config(name, queues, read_queues, write_queues, perm, order, attributes)
+        self._check_writable()
+        return self._topics.put(config)
+
+    def delete_topic(self, name: str) -> bool:
+        """Removes a topic's configuration; returns False when it had none. Its messages, consume queues and
+        consumer offsets stay: the topic is then unconfigured again (any queue id accepted, as before)."""
+        _args.text(name, "name")
+        self._check_writable()
+        return self._topics.delete(name)
+
+    def topic_config(self, name: str) -> TopicConfig | None:
+        """The topic's configuration from `config/topics.json`, None when it has none."""
+        return self._topics.get(name)
+
+    def topic_configs(self) -> dict[str, TopicConfig]:
+        """Every configured topic (`config/topics.json`), in the file's order. (`topics()` lists the topics that
+        have consume queues, configured or not.)"""
+        return self._topics.topics()
+
+    def _check_writable(self) -> None:
+        if self.closed:
+            raise _native.StoreClosedError("the store is closed")
+        if self.read_only:
+            raise _native.ReadOnlyError("the store is open read-only")
 
     @property
     def consumer_offset_path(self) -> str:

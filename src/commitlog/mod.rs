@@ -494,6 +494,15 @@ impl CommitLog {
             return Ok(None);
         }
         let Some(file) = self.queue.find(offset) else { return Ok(None) };
+        Self::read_in(file, offset, max)
+    }
+
+    /// [`read`](Self::read) in a segment the caller already holds (`file` must hold `offset`, and `max` be a
+    /// published end): no lookup of the segment, no lock. For loops that read many records of one segment.
+    pub fn read_in(file: Arc<MappedFile>, offset: u64, max: u64) -> Result<Option<Record>> {
+        if offset < file.start() || offset >= file.end().min(max) {
+            return Ok(None);
+        }
         let pos = (offset - file.start()) as usize;
         let avail = (file.end().min(max) - offset) as usize;
         let bytes = file.slice(pos, avail).unwrap_or_default();

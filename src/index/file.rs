@@ -364,6 +364,11 @@ impl IndexFile {
         if h.index_count <= 1 {
             return Ok(());
         }
+        // A file holding entries has a store time of its first message: positive (a flipped high bit made it
+        // negative once, and every entry then read as older than any query's window: keys lost silently).
+        if h.begin_timestamp <= 0 {
+            return damage(BEGIN_TIMESTAMP_POS, format!("beginTimestamp {} in a file with entries", h.begin_timestamp));
+        }
         if h.begin_timestamp > h.end_timestamp {
             return damage(
                 BEGIN_TIMESTAMP_POS,

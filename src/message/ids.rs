@@ -101,7 +101,7 @@ impl UniqIdGenerator {
     }
 
     /// The next id for a message created at `now_ms`, as 32 (IPv4) or 56 (IPv6) hex chars.
-    pub fn next_id(&self, now_ms: i64) -> String {
+    pub fn next_id(&self, now_ms: i64) -> UniqKey {
         if now_ms >= self.next_month.load(Ordering::Relaxed) {
             let (start, next) = month_bounds(now_ms);
             self.month.store(start, Ordering::Relaxed);
@@ -112,11 +112,102 @@ impl UniqIdGenerator {
             diff = 0;
         }
         let counter = self.counter.fetch_add(1, Ordering::Relaxed);
-        let mut s = String::with_capacity(self.prefix.len() * 2 + 12);
-        push_hex(&mut s, &self.prefix);
-        push_hex(&mut s, &(diff as i32).to_be_bytes());
-        push_hex(&mut s, &counter.to_be_bytes());
-        s
+        let mut bytes = [0u8; UniqKey::INLINE];
+        let mut len = 0;
+        let parts: [&[u8]; 3] = [&self.prefix, &(diff as i32).to_be_bytes(), &counter.to_be_bytes()];
+        for b in parts.into_iter().flatten() {
+            if let Some(pair) = bytes.get_mut(len..len + 2) {
+                pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]]);
+                len += 2;
+            }
+        }
+        UniqKey(Repr::Inline { len: len as u8, bytes })
+    }
+}
+
+/// A UNIQ_KEY as a put result carries it. A generated id (32 or 56 hex chars) is held inline, so a put
+/// allocates nothing for it; a longer one (a UNIQ_KEY a producer set itself) is held on the heap.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct UniqKey(Repr);
+
+#[derive(Clone, PartialEq, Eq)]
+enum Repr {
+    /// UTF-8 (only ever built from a `&str` or from hex digits).
+    Inline {
+        len: u8,
+        bytes: [u8; UniqKey::INLINE],
+    },
+    Heap(String),
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::Inline { len: 0, bytes: [0; UniqKey::INLINE] }
+    }
+}
+
+impl UniqKey {
+    /// The longest key held inline: an IPv6 generator's id.
+    pub const INLINE: usize = 56;
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            Repr::Inline { len, bytes } => {
+                bytes.get(..usize::from(*len)).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default()
+            }
+            Repr::Heap(s) => s,
+        }
+    }
+}
+
+impl From<&str> for UniqKey {
+    fn from(s: &str) -> Self {
+        let mut bytes = [0u8; UniqKey::INLINE];
+        match bytes.get_mut(..s.len()) {
+            Some(head) => {
+                head.copy_from_slice(s.as_bytes());
+                UniqKey(Repr::Inline { len: s.len() as u8, bytes })
+            }
+            None => UniqKey(Repr::Heap(s.to_owned())),
+        }
+    }
+}
+
+impl std::ops::Deref for UniqKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for UniqKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for UniqKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq<str> for UniqKey {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for UniqKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<UniqKey> for String {
+    fn from(k: UniqKey) -> String {
+        k.as_str().to_owned()
     }
 }
 

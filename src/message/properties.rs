@@ -30,6 +30,15 @@ pub mod keys {
     pub const INNER_NUM: &str = "INNER_NUM";
     pub const INNER_BASE: &str = "INNER_BASE";
     pub const TRAN_MSG: &str = "TRAN_MSG";
+    pub const REAL_TOPIC: &str = "REAL_TOPIC";
+    pub const REAL_QID: &str = "REAL_QID";
+    pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+    pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+    pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+    pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+    pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    /// The timer properties `checkIfTimerMessage` clears from a message with a delay level.
+    pub const TIMER: [&str; 3] = [TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS];
     /// Separator of several keys inside `KEYS`.
     pub const KEY_SEPARATOR: char = ' ';
 }
@@ -66,17 +75,26 @@ pub fn hashmap_capacity(initial: usize, len: usize) -> usize {
     cap
 }
 
+/// Property maps up to this size are ordered without allocating.
+const SMALL_MAP: usize = 16;
+
 /// Reorders `entries` (given in insertion order, names unique) into the iteration order of a Java
 /// `HashMap(initial_capacity)` filled in that order: by bucket, insertion order within a bucket.
 /// (Buckets of 8 or more colliding names become trees in Java, whose order differs; property maps never
 /// get there in practice.)
 pub fn sort_hashmap_order<N: AsRef<str>, V>(entries: &mut [(N, V)], initial_capacity: usize) {
     let cap = hashmap_capacity(initial_capacity, entries.len());
-    if entries.len() <= 16 {
-        // Stable insertion sort by bucket, without allocating (property maps are small).
+    if entries.len() <= SMALL_MAP {
+        // Stable insertion sort by bucket, without allocating (property maps are small); each name is hashed
+        // once (this runs twice per put).
+        let mut buckets = [0usize; SMALL_MAP];
+        for (b, (name, _)) in buckets.iter_mut().zip(entries.iter()) {
+            *b = hashmap_bucket(name.as_ref(), cap);
+        }
         for i in 1..entries.len() {
             let mut j = i;
-            while j > 0 && hashmap_bucket(entries[j - 1].0.as_ref(), cap) > hashmap_bucket(entries[j].0.as_ref(), cap) {
+            while j > 0 && buckets[j - 1] > buckets[j] {
+                buckets.swap(j - 1, j);
                 entries.swap(j - 1, j);
                 j -= 1;
             }

@@ -212,11 +212,16 @@ where
 
 /// `keys` given as one string (several keys separated by spaces) or a sequence of strings; None for none.
 pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    Ok(keys_text(obj)?.map(|k| k.to_string()))
+}
+
+/// `keys` as [`keys`] takes it, borrowing a `str` (no copy; a put's hot path).
+pub(crate) fn keys_text(obj: &Bound<'_, PyAny>) -> PyResult<Option<KeysText>> {
     if obj.is_none() {
         return Ok(None);
     }
     if obj.is_instance_of::<PyString>() {
-        return Ok(Some(text(obj)?.to_string()));
+        return Ok(Some(KeysText::Str(text(obj)?)));
     }
     let parts = opt_strings(obj).map_err(|e| {
         if e.is_instance_of::<PyTypeError>(obj.py()) {
@@ -225,7 +230,23 @@ pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
             e
         }
     })?;
-    Ok(parts.map(|p| p.join(" ")))
+    Ok(parts.map(|p| KeysText::Joined(p.join(" "))))
+}
+
+/// The `KEYS` text of a put: the caller's `str`, or a sequence's keys joined by spaces.
+pub(crate) enum KeysText {
+    Str(PyBackedStr),
+    Joined(String),
+}
+
+impl std::ops::Deref for KeysText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            KeysText::Str(s) => s,
+            KeysText::Joined(s) => s,
+        }
+    }
 }
 
 /// A `Mapping[str, str]` (or None), in iteration order.

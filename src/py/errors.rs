@@ -29,6 +29,12 @@ create_exception!(_native, InvalidPropertyError, InvalidInputError, "A property 
 create_exception!(_native, InvalidHostError, InvalidInputError, "A host is not 'ip:port' or '[ipv6]:port'.");
 create_exception!(_native, InvalidOffsetError, InvalidInputError, "No record starts at the given offset.");
 create_exception!(_native, InvalidConfigError, InvalidInputError, "A configuration value is out of range or unknown.");
+create_exception!(
+    _native,
+    TransactionError,
+    InvalidInputError,
+    "An end of a transaction was refused (not a half message, wrong group or offset, already ended); nothing was written."
+);
 create_exception!(_native, CorruptionError, RmqError, "Stored bytes do not form what the format requires.");
 create_exception!(_native, StoreIOError, RmqError, "An operating-system I/O call failed.");
 create_exception!(_native, StoreStateError, RmqError, "The store cannot serve the call in its current state.");
@@ -126,6 +132,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add("InvalidHostError", py.get_type::<InvalidHostError>())?;
     add("InvalidOffsetError", py.get_type::<InvalidOffsetError>())?;
     add("InvalidConfigError", py.get_type::<InvalidConfigError>())?;
+    add("TransactionError", py.get_type::<TransactionError>())?;
     add("CorruptionError", py.get_type::<CorruptionError>())?;
     add("StoreIOError", py.get_type::<StoreIOError>())?;
     add("StoreStateError", py.get_type::<StoreStateError>())?;
@@ -169,6 +176,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::InvalidHost(_) => InvalidHostError::new_err(msg),
         Error::InvalidConfig(_) => InvalidConfigError::new_err(msg),
         Error::InvalidOffset { .. } => InvalidOffsetError::new_err(msg),
+        Error::Transaction(_) => TransactionError::new_err(msg),
         Error::Corruption { .. } => CorruptionError::new_err(msg),
         Error::Io { .. } => StoreIOError::new_err(msg),
         Error::DiskFull { ref path, .. } => Python::attach(|py| match disk_full_type(py) {

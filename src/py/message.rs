@@ -310,6 +310,14 @@ impl MessageExt {
     fn reconsume_times(&self) -> i32 {
         self.record.header.reconsume_times
     }
+    /// A copy of this message whose `reconsume_times` reads `times`; the record (and `raw`) are unchanged. The
+    /// orderly push consumer hands it to its listener when it retries a message in place, as RocketMQ's client
+    /// counts retries on the `MessageExt` it holds.
+    fn with_reconsume_times(&self, #[pyo3(from_py_with = args::java_int)] times: i32) -> MessageExt {
+        let mut record = self.record.clone();
+        record.header.reconsume_times = times;
+        MessageExt { record }
+    }
     #[getter]
     fn prepared_transaction_offset(&self) -> i64 {
         self.record.header.prepared_transaction_offset
@@ -418,7 +426,7 @@ impl PutResult {
     /// Commitlog offset of every record.
     #[getter]
     fn offsets(&self) -> Vec<u64> {
-        self.inner.offsets.clone()
+        self.inner.offsets.to_vec()
     }
     /// Bytes written.
     #[getter]
@@ -452,13 +460,13 @@ impl PutResult {
     }
     /// UNIQ_KEY of the first message ("" when the caller supplied its own in properties).
     #[getter]
-    fn uniq_key(&self) -> String {
-        self.inner.uniq_keys.first().cloned().unwrap_or_default()
+    fn uniq_key(&self) -> &str {
+        self.inner.uniq_keys.first().map_or("", |k| k.as_str())
     }
     /// UNIQ_KEY of every message.
     #[getter]
-    fn uniq_keys(&self) -> Vec<String> {
-        self.inner.uniq_keys.clone()
+    fn uniq_keys(&self) -> Vec<&str> {
+        self.inner.uniq_keys.iter().map(|k| k.as_str()).collect()
     }
     fn __repr__(&self) -> String {
         format!(

@@ -6,9 +6,12 @@ mod columnar;
 mod errors;
 mod fault;
 mod get;
+mod local_offsets;
 mod message;
 mod offsets;
 mod store;
+mod topics;
+mod transaction;
 
 use pyo3::prelude::*;
 
@@ -23,5 +26,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     columnar::register(m)?;
     fault::register(m)?;
     offsets::register(m)?;
+    local_offsets::register(m)?;
+    topics::register(m)?;
+    transaction::register(m)?;
     Ok(())
 }

@@ -225,7 +225,47 @@ fn decode_journal(py: Python<'_>, #[pyo3(from_py_with = args::body)] data: PyBac
     (entries, issues, j.complete_len)
 }
 
+/// `delayOffset.json` as RocketMQ 5.3.1's `ScheduleMessageService.encode(true)` writes it for a service that
+/// loaded (or put) `table`'s (level, offset) pairs in order, with the given data version.
+#[pyfunction]
+fn encode_delay_offsets(
+    table: Vec<(i64, i64)>,
+    #[pyo3(from_py_with = args::java_long)] counter: i64,
+    #[pyo3(from_py_with = args::java_long)] state_version: i64,
+    #[pyo3(from_py_with = args::java_long)] timestamp: i64,
+) -> PyResult<String> {
+    let mut pairs = Vec::with_capacity(table.len());
+    for (level, offset) in table {
+        let level = i32::try_from(level)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("delay level {level} is not a Java int")))?;
+        pairs.push((level, offset));
+    }
+    let version = DataVersion { counter, state_version, timestamp };
+    Ok(offsets::delay::encode(&offsets::delay::DelayTable::loaded(&pairs, version)))
+}
+
+/// What `decode_delay_offsets` returns: (level, offset) in file order, (counter, stateVersion, timestamp), and
+/// the entries left out as (key, reason).
+type DelayTuple = (Vec<(i32, i64)>, (i64, i64, i64), Vec<(Option<String>, String)>);
+
+/// Reads `delayOffset.json` bytes; raises `CorruptionError` (naming `path`) when they are not a document.
+#[pyfunction]
+#[pyo3(signature = (data, path))]
+fn decode_delay_offsets(
+    py: Python<'_>,
+    #[pyo3(from_py_with = args::body)] data: PyBackedBytes,
+    #[pyo3(from_py_with = args::path)] path: PathBuf,
+) -> PyResult<DelayTuple> {
+    let (table, v, issues) = py.detach(|| offsets::delay::decode(&data)).map_err(|e| {
+        to_py(Error::Corruption { path, offset: i64::try_from(e.position).unwrap_or(i64::MAX), reason: e.reason })
+    })?;
+    let issues = issues.into_iter().map(|i| (i.key, i.reason)).collect();
+    Ok((table, (v.counter, v.state_version, v.timestamp), issues))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(encode_delay_offsets, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_delay_offsets, m)?)?;
     m.add_class::<BrokerOffsetTable>()?;
     m.add_function(wrap_pyfunction!(encode_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(decode_offsets, m)?)?;

@@ -1,10 +1,10 @@
 //! The native `MessageStore` and its scan iterator. Arguments are converted with the GIL held; the work
 //! runs detached from the interpreter.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
@@ -148,7 +148,23 @@ fn config_from_properties<'py>(py: Python<'py>, props: &Bound<'py, PyAny>) -> Py
 /// The native store; `rmq.MessageStore` subclasses it.
 #[pyclass(subclass, frozen, module = "rmq._native")]
 pub struct MessageStore {
-    inner: Arc<store::MessageStore>,
+    pub(crate) inner: Arc<store::MessageStore>,
+    /// The configured topics' queue counts (`max(write, read)` queue nums), kept by `rmq.topics` through
+    /// `_set_queue_limits`: a producer put at or past its topic's count is refused, as the broker's send check
+    /// refuses it. Checked here, before the GIL is released, so the check costs a hash lookup.
+    queue_limits: RwLock<HashMap<String, i32>>,
+}
+
+impl MessageStore {
+    fn check_queue_limit(&self, topic: &str, queue_id: i32) -> PyResult<()> {
+        let limits = self.queue_limits.read().unwrap_or_else(PoisonError::into_inner);
+        match limits.get(topic) {
+            Some(&n) if queue_id >= n => Err(super::errors::invalid_argument(format!(
+                "queue_id {queue_id} is illegal for topic {topic:?}: it is configured with {n} queues"
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[pymethods]
@@ -169,16 +185,25 @@ impl MessageStore {
         let config = config_from_dict(config)?;
         let options = store::open::OpenOptions { recovery, read_only };
         let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
-        Ok(MessageStore { inner: Arc::new(store) })
+        Ok(MessageStore { inner: Arc::new(store), queue_limits: RwLock::default() })
+    }
+
+    /// Replaces the configured topics' queue counts (`rmq.topics` calls it whenever its table changes).
+    fn _set_queue_limits(&self, limits: HashMap<String, i32>) {
+        *self.queue_limits.write().unwrap_or_else(PoisonError::into_inner) = limits;
     }
 
     /// Stores one message and returns where it went.
+    ///
+    /// `delay_level` > 0 sets the `DELAY` property (as `Message.setDelayTimeLevel`): the message is stored in
+    /// `SCHEDULE_TOPIC_XXXX` and the schedule service delivers it to `topic` once the level's delay passed; a
+    /// `DELAY` given in `properties` does the same. 0 (the default) sets nothing.
     #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0, sys_flag=0,
         transaction_type=TransactionType::NotType, born_host=DEFAULT_BORN_HOST, born_timestamp=None,
-        reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=true),
+        reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=true, delay_level=0),
         text_signature = "(self, /, topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0, \
                           sys_flag=0, transaction_type=..., born_host='127.0.0.1:0', born_timestamp=None, \
-                          reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=True)")]
+                          reconsume_times=0, prepared_transaction_offset=0, wait_store_msg_ok=True, delay_level=0)")]
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -187,7 +212,7 @@ impl MessageStore {
         #[pyo3(from_py_with = args::body)] body: PyBackedBytes,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::opt_text)] tags: Option<PyBackedStr>,
-        #[pyo3(from_py_with = args::keys)] keys: Option<String>,
+        #[pyo3(from_py_with = args::keys_text)] keys: Option<args::KeysText>,
         #[pyo3(from_py_with = args::properties)] properties: Option<Vec<(String, String)>>,
         #[pyo3(from_py_with = args::java_int)] flag: i32,
         #[pyo3(from_py_with = args::java_int)] sys_flag: i32,
@@ -197,8 +222,19 @@ impl MessageStore {
         #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
         #[pyo3(from_py_with = args::java_long)] prepared_transaction_offset: i64,
         #[pyo3(from_py_with = args::boolean)] wait_store_msg_ok: bool,
+        #[pyo3(from_py_with = args::java_int)] delay_level: i32,
     ) -> PyResult<PutResult> {
-        let props = properties.unwrap_or_default();
+        self.check_queue_limit(&topic, queue_id)?;
+        let mut props = properties.unwrap_or_default();
+        if delay_level != 0 {
+            if props.iter().any(|(k, _)| k == "DELAY") {
+                return Err(to_py(Error::InvalidProperty {
+                    name: "DELAY".into(),
+                    reason: "given both as delay_level and as a property".into(),
+                }));
+            }
+            props.push(("DELAY".into(), delay_level.to_string()));
+        }
         let inner = &self.inner;
         let result = py.detach(|| {
             let refs: Vec<(&str, &str)> = props.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -241,6 +277,7 @@ impl MessageStore {
         #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
         #[pyo3(from_py_with = args::boolean)] wait_store_msg_ok: bool,
     ) -> PyResult<PutResult> {
+        self.check_queue_limit(&topic, queue_id)?;
         enum Item {
             Body(PyBackedBytes),
             Full(Py<Message>),
@@ -343,6 +380,48 @@ impl MessageStore {
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
         py.detach(|| inner.flush()).map_err(to_py)
+    }
+
+    /// `consumerSendMsgBack`: sends the message stored at commitlog `offset` back for consumer `group`, as the
+    /// broker does: to `%RETRY%<group>` delayed by `delay_level` (0: the broker's choice, 3 + reconsume
+    /// times; clamped to the highest level), or to `%DLQ%<group>` once its reconsume times reached
+    /// `max_reconsume_times` or when `delay_level` < 0. Returns (put result, topic, dead_letter, delay level).
+    #[pyo3(signature = (offset, group, *, delay_level=0, max_reconsume_times=16))]
+    fn send_message_back(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::java_long)] offset: i64,
+        #[pyo3(from_py_with = args::text)] group: PyBackedStr,
+        #[pyo3(from_py_with = args::java_int)] delay_level: i32,
+        #[pyo3(from_py_with = args::java_int)] max_reconsume_times: i32,
+    ) -> PyResult<(PutResult, String, bool, i32)> {
+        let offset = u64::try_from(offset).map_err(|_| {
+            to_py(Error::InvalidOffset { offset, reason: "a commitlog offset is never negative".into() })
+        })?;
+        let inner = &self.inner;
+        let r =
+            py.detach(|| inner.send_message_back(offset, &group, delay_level, max_reconsume_times)).map_err(to_py)?;
+        Ok((PutResult { inner: r.put }, r.topic, r.dead_letter, r.delay_level))
+    }
+
+    /// The schedule service's progress: {delay level: next queue offset to deliver in `SCHEDULE_TOPIC_XXXX`
+    /// queue level − 1}, in RocketMQ's order. While the service runs, its live table; otherwise what
+    /// `config/delayOffset.json` (or its `.bak`) holds.
+    fn delay_offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let t = py.detach(|| inner.delay_offsets()).map_err(to_py)?;
+        let d = PyDict::new(py);
+        for (level, offset) in t.in_order() {
+            d.set_item(level, offset)?;
+        }
+        Ok(d)
+    }
+
+    /// Writes `config/delayOffset.json` now (after flushing the commitlog) if the schedule service runs and its
+    /// offsets changed; the service does this every `flush_delay_offset_interval` ms and `close` once more.
+    fn persist_delay_offsets(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| inner.persist_delay_offsets()).map_err(to_py)
     }
 
     /// Flushes and closes; later calls raise StoreClosedError. Idempotent.

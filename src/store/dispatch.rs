@@ -204,6 +204,8 @@ pub struct DispatchRound {
     pub issues: Vec<DispatchIssue>,
     /// Store timestamp of the last message dispatched in the round (0 when none).
     pub last_store_timestamp: i64,
+    /// Records dispatched into `SCHEDULE_TOPIC_XXXX` (delayed messages the schedule service may wait for).
+    pub scheduled: u64,
 }
 
 /// The dispatch rules, independent of threads: everything the reput loop does to one record.
@@ -264,6 +266,8 @@ impl Dispatcher<'_> {
                                 a.store_timestamp = h.store_timestamp;
                             }
                             round.records += 1;
+                            round.scheduled +=
+                                u64::from(topic_bytes == crate::message::tags::SCHEDULE_TOPIC.as_bytes());
                             round.last_store_timestamp = h.store_timestamp;
                         }
                     }
@@ -336,7 +340,15 @@ impl Dispatcher<'_> {
                 Some((t, q, cq)) if t.as_slice() == topic_bytes && *q == h.queue_id => Some(cq.clone()),
                 _ => match self.queues.find_or_create(&topic, h.queue_id) {
                     Ok(cq) => {
-                        *cache = Some((topic_bytes.to_vec(), h.queue_id, cq.clone()));
+                        match cache {
+                            // Reuses the cached topic's buffer: no allocation per record when queues alternate.
+                            Some((t, q, c)) => {
+                                t.clear();
+                                t.extend_from_slice(topic_bytes);
+                                (*q, *c) = (h.queue_id, cq.clone());
+                            }
+                            None => *cache = Some((topic_bytes.to_vec(), h.queue_id, cq.clone())),
+                        }
                         Some(cq)
                     }
                     Err(e) => {

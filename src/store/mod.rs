@@ -8,7 +8,9 @@ mod index_check;
 mod matching;
 pub mod open;
 pub mod put;
+pub mod send_back;
 pub mod services;
+pub mod transaction;
 pub mod validate;
 pub mod verify;
 
@@ -54,7 +56,9 @@ pub struct MessageStore {
     /// Published copy of the dispatch position, with `dispatched` signalled on every advance.
     reput_offset: AtomicU64,
     dispatched: Condvar,
-    dispatched_lock: Mutex<()>,
+    /// Guards `dispatched`; holds how many threads wait on it, so a dispatch round with no one waiting
+    /// (the usual case under a stream of puts) skips the condvar's syscall.
+    dispatched_lock: Mutex<usize>,
     /// Advances on every dispatch round that adds consume-queue entries and on every
     /// [`wake_arrival_waiters`](Self::wake_arrival_waiters); `dispatched` is signalled with it (long polling).
     arrival_seq: AtomicU64,
@@ -78,6 +82,10 @@ pub struct MessageStore {
     commit_state: services::commit::CommitState,
     /// Expired-file cleanup state (`clean.rs`).
     clean: clean::CleanState,
+    /// The schedule service's delay offsets (`services/schedule.rs`).
+    schedule: services::schedule::ScheduleState,
+    /// Ends of transactions (`transaction.rs`).
+    transactions: transaction::TransactionState,
 }
 
 /// What opening did to the derived files.
@@ -391,12 +399,13 @@ impl MessageStore {
                 self.flush_commitlog(0)?;
                 self.drain()?;
                 self.flush_derived(self.dispatched_timestamp.load(Ordering::Acquire))?;
+                // The delay offsets last: every delivery they count is flushed above.
+                self.schedule.persist(self)?;
                 abort.remove()
             })(),
             State::ReadOnly | State::Poisoned(_) | State::Closed => Ok(()),
         };
-        let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.dispatched.notify_all();
+        self.notify_dispatched();
         result
     }
 
@@ -481,11 +490,13 @@ impl MessageStore {
         self.reput_offset.store(round.reput_offset, Ordering::Release);
         self.dispatched_timestamp.fetch_max(round.last_store_timestamp, Ordering::AcqRel);
         drop(reput);
-        let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let waiters = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
         if round.cq_entries > 0 {
             self.arrival_seq.fetch_add(1, Ordering::AcqRel);
         }
-        self.dispatched.notify_all();
+        if *waiters > 0 {
+            self.dispatched.notify_all();
+        }
         Ok(round)
     }
 
@@ -506,7 +517,9 @@ impl MessageStore {
             if now >= deadline {
                 return false;
             }
+            *g += 1;
             g = self.dispatched.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            *g -= 1;
         }
     }
 
@@ -535,16 +548,31 @@ impl MessageStore {
             if left.is_zero() {
                 return seq;
             }
+            *g += 1;
             g = self.dispatched.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
+            *g -= 1;
         }
     }
 
     /// Wakes every [`wait_arrival`](Self::wait_arrival) (a consumer shutting down or rebalancing): the
     /// sequence advances without an arrival, and waiters re-check their queues.
     pub fn wake_arrival_waiters(&self) {
-        let _g = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let waiters = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.arrival_seq.fetch_add(1, Ordering::AcqRel);
-        self.dispatched.notify_all();
+        if *waiters > 0 {
+            self.dispatched.notify_all();
+        }
+    }
+
+    /// Wakes the threads waiting in [`wait_dispatched`](Self::wait_dispatched) /
+    /// [`wait_arrival`](Self::wait_arrival), if any. A waiter checks its condition and registers under the
+    /// lock, and the condition (reput offset, arrival sequence, closed) changes before this takes the lock, so
+    /// no wake-up is lost.
+    fn notify_dispatched(&self) {
+        let waiters = self.dispatched_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if *waiters > 0 {
+            self.dispatched.notify_all();
+        }
     }
 
     /// Waits until (topic, queue) holds a dispatched message at or after queue offset `offset`; false on

@@ -269,7 +269,7 @@ impl MessageStore {
             reput: Mutex::new(reput),
             reput_offset: AtomicU64::new(reput),
             dispatched: Condvar::new(),
-            dispatched_lock: Mutex::new(()),
+            dispatched_lock: Mutex::new(0),
             arrival_seq: AtomicU64::new(0),
             flushed_offset: AtomicU64::new(end),
             group_commit: Default::default(),
@@ -282,6 +282,8 @@ impl MessageStore {
             issues: Mutex::new(IssueLog::default()),
             services: super::services::Services::default(),
             clean: super::clean::CleanState::default(),
+            schedule: Default::default(),
+            transactions: super::transaction::TransactionState::default(),
         };
         // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
         loop {

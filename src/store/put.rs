@@ -4,15 +4,58 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use smallvec::SmallVec;
+
 use crate::commitlog::{now_ms, Appended};
 use crate::config::FlushDiskType;
 use crate::error::{Error, Result};
 use crate::message::encode::{encode_record, strip_crc_property, EncodeInput, EncodeOptions, EncodedRecord};
-use crate::message::ids::offset_msg_id;
+use crate::message::ids::{offset_msg_id, UniqKey};
 use crate::message::properties::{self, keys, BROKER_MAP_CAPACITY, CLIENT_MAP_CAPACITY};
+use crate::message::tags::SCHEDULE_TOPIC;
 use crate::message::{PutMessageStatus, TransactionType};
 
-use super::{services, validate, MessageStore};
+use super::{services, transaction, validate, MessageStore};
+
+/// Property entries in map order; up to 16 live on the stack (a put's map has 5 or 6).
+pub(crate) type Entries<'a> = SmallVec<[(&'a str, &'a str); 16]>;
+/// Per-record results of a put; a single put's live inline.
+pub type PerRecord<T> = SmallVec<[T; 1]>;
+
+thread_local! {
+    /// Encoding buffers a thread reuses from put to put (taken out while in use, so a nested put on the same
+    /// thread just makes its own).
+    static SCRATCH: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A reused encoding buffer, empty when taken; back to the thread's pool when dropped unless it grew past
+/// [`Scratch::KEEP`] (one huge message does not pin its size for the thread's life).
+struct Scratch(Vec<u8>);
+
+impl Scratch {
+    const KEEP: usize = 1 << 20;
+
+    fn take(capacity: usize) -> Self {
+        let mut buf = SCRATCH.try_with(|p| p.borrow_mut().pop()).ok().flatten().unwrap_or_default();
+        buf.reserve(capacity);
+        Scratch(buf)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let mut buf = std::mem::take(&mut self.0);
+        if buf.capacity() <= Self::KEEP {
+            buf.clear();
+            let _ = SCRATCH.try_with(|p| {
+                let mut pool = p.borrow_mut();
+                if pool.len() < 4 {
+                    pool.push(buf);
+                }
+            });
+        }
+    }
+}
 
 /// One message as a producer hands it to a broker.
 #[derive(Debug, Clone)]
@@ -76,7 +119,7 @@ pub struct PutResult {
     /// `PUT_OK`, or `FLUSH_DISK_TIMEOUT` when a sync flush failed (the message is stored but not durable).
     pub status: PutMessageStatus,
     /// Commitlog offset of each record.
-    pub offsets: Vec<u64>,
+    pub offsets: PerRecord<u64>,
     /// Bytes written for the records.
     pub wrote_bytes: u64,
     /// Queue offset of the first message (0 for PREPARED / ROLLBACK messages, which take none).
@@ -84,7 +127,7 @@ pub struct PutResult {
     /// Store timestamp, ms.
     pub store_timestamp: i64,
     /// UNIQ_KEY of each message.
-    pub uniq_keys: Vec<String>,
+    pub uniq_keys: PerRecord<UniqKey>,
     /// Store host (for message ids).
     pub store_host: SocketAddr,
 }
@@ -119,10 +162,90 @@ pub struct InnerMessage<'a> {
     pub wait_store_msg_ok: bool,
 }
 
+impl<'a> InnerMessage<'a> {
+    /// A message built from a stored record (`header` decoded from `bytes`), as the broker's services copy a
+    /// `MessageExt` into a `MessageExtBrokerInner`: its body, flag, producer sys flags, transaction type, born
+    /// host and time and reconsume times, with a new topic, queue and properties string.
+    pub fn from_record(
+        header: &crate::message::decode::RecordHeader,
+        bytes: &'a [u8],
+        topic: &'a str,
+        queue_id: i32,
+        properties: &'a [u8],
+    ) -> Self {
+        InnerMessage {
+            topic,
+            queue_id,
+            body: header.body(bytes),
+            properties,
+            flag: header.flag,
+            sys_flag: header.sys_flag & validate::PRODUCER_SYS_FLAGS,
+            transaction: header.transaction_type(),
+            born_host: header.born_host,
+            born_timestamp: header.born_timestamp,
+            reconsume_times: header.reconsume_times,
+            prepared_transaction_offset: 0,
+            wait_store_msg_ok: false,
+        }
+    }
+}
+
 impl MessageStore {
     /// Stores a message the store builds itself ([`InnerMessage`]): the same checks, queue offsets, append and
-    /// flush handling as [`put`](Self::put), without a producer's property handling.
+    /// flush handling as [`put`](Self::put), without a producer's property handling. As RocketMQ's
+    /// `handleScheduleMessage` hook does for every put of transaction type NOT or COMMIT, a `DELAY` level > 0
+    /// stores the message in `SCHEDULE_TOPIC_XXXX` (see [`put`](Self::put)); a `DELAY` that is not an int is
+    /// [`Error::IllegalMessage`] and nothing is written.
     pub fn put_inner(&self, msg: &InnerMessage<'_>) -> Result<PutResult> {
+        let text = properties::get_raw(msg.properties, keys::DELAY).map(crate::java::decode_utf8_lossy);
+        let Some(level) = self.schedule_level(text.as_deref(), msg.transaction)? else {
+            return self.put_inner_as_is(msg, self.config.broker.store_host);
+        };
+        // `transformDelayLevelMessage` on the message's map (HashMap(128) filled in stored order).
+        let parsed = properties::parse(msg.properties);
+        let (level_text, qid_text) = (level.to_string(), msg.queue_id.to_string());
+        let clamped = text.as_deref().and_then(crate::java::parse_int) != Some(level);
+        let mut entries: Vec<(&str, &str)> =
+            parsed.iter().map(|(n, v)| (n.as_ref(), v.as_ref())).filter(|(n, _)| !keys::TIMER.contains(n)).collect();
+        if clamped {
+            entries.push((keys::DELAY, &level_text));
+        }
+        entries.push((keys::REAL_TOPIC, msg.topic));
+        entries.push((keys::REAL_QID, &qid_text));
+        let mut props = Vec::with_capacity(msg.properties.len() + 64);
+        properties::encode_map(&entries, BROKER_MAP_CAPACITY, &mut props);
+        let scheduled = InnerMessage { topic: SCHEDULE_TOPIC, queue_id: level - 1, properties: &props, ..msg.clone() };
+        self.put_inner_as_is(&scheduled, self.config.broker.store_host)
+    }
+
+    /// `handleScheduleMessage`'s decision: the delay level (clamped to the highest configured level) when a
+    /// message of transaction type `transaction` with `DELAY` text `delay` goes to `SCHEDULE_TOPIC_XXXX`, None
+    /// when it is stored as is (no DELAY, a level of 0 or less, a PREPARED or ROLLBACK message). A DELAY that is
+    /// not a Java int fails as the broker's `Integer.parseInt` does, before anything is written.
+    pub(crate) fn schedule_level(&self, delay: Option<&str>, transaction: TransactionType) -> Result<Option<i32>> {
+        if !matches!(transaction, TransactionType::NotType | TransactionType::Commit) {
+            return Ok(None);
+        }
+        let Some(text) = delay else { return Ok(None) };
+        let level = crate::java::parse_int(text).ok_or_else(|| {
+            Error::IllegalMessage(format!(
+                "the DELAY property must be a delay level (an int), got {text:?}; nothing was written"
+            ))
+        })?;
+        if level <= 0 {
+            return Ok(None);
+        }
+        let max = i32::try_from(self.delay_levels.len()).unwrap_or(i32::MAX);
+        if max == 0 {
+            return Err(Error::IllegalMessage("DELAY is set but message_delay_level defines no levels".into()));
+        }
+        Ok(Some(level.min(max)))
+    }
+
+    /// [`put_inner`](Self::put_inner) without the schedule hook, with the store host written into the record
+    /// (the schedule service delivers a message with the store host it was stored with, as `messageTimeUp`
+    /// does).
+    pub(crate) fn put_inner_as_is(&self, msg: &InnerMessage<'_>, store_host: SocketAddr) -> Result<PutResult> {
         self.check_writable()?;
         self.check_disk_space()?;
         validate::check_topic_name(msg.topic)?;
@@ -134,7 +257,7 @@ impl MessageStore {
         )?;
         let props = strip_if_crc(msg.properties, self.config.commit_log.enabled_append_prop_crc);
         let uniq = properties::get_raw(&props, keys::UNIQ_KEY)
-            .map(|u| String::from_utf8_lossy(u).into_owned())
+            .map(|u| UniqKey::from(String::from_utf8_lossy(u).as_ref()))
             .unwrap_or_default();
         let input = EncodeInput {
             topic: msg.topic,
@@ -145,19 +268,22 @@ impl MessageStore {
             sys_flag: msg.sys_flag | msg.transaction.bits(),
             born_timestamp: msg.born_timestamp,
             born_host: msg.born_host,
-            store_host: self.config.broker.store_host,
+            store_host,
             store_timestamp: now_ms(),
             reconsume_times: msg.reconsume_times,
             prepared_transaction_offset: msg.prepared_transaction_offset,
             queue_offset: 0,
             physical_offset: 0,
         };
-        let mut buf = Vec::with_capacity(128 + msg.body.len() + props.len());
-        let rec = encode_record(&input, &self.encode_options(true), &mut buf)?;
-        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], vec![uniq], msg.wait_store_msg_ok)
+        self.append_one(&input, msg.transaction, uniq, msg.wait_store_msg_ok)
     }
 
-    /// Stores one message.
+    /// Stores one message. A `DELAY` property with a level > 0 (message of transaction type NOT or COMMIT) is
+    /// stored as RocketMQ's broker stores it: the level clamped to the highest level of `message_delay_level`,
+    /// `REAL_TOPIC` / `REAL_QID` added to the broker's property map (the timer properties `TIMER_DELIVER_MS`,
+    /// `TIMER_DELAY_SEC`, `TIMER_DELAY_MS` removed from it), topic `SCHEDULE_TOPIC_XXXX`, queue level − 1;
+    /// the schedule service delivers it to its topic and queue when due. A `DELAY` of 0 or less is stored as
+    /// is in the message's own topic; one that is not an int is [`Error::IllegalMessage`] (nothing written).
     pub fn put(&self, msg: &PutMessage<'_>) -> Result<PutResult> {
         self.check_writable()?;
         self.check_disk_space()?;
@@ -173,6 +299,7 @@ impl MessageStore {
         let now = now_ms();
         let uniq = self.uniq_key(msg.properties, now);
         let wait = if msg.wait_store_msg_ok { "true" } else { "false" };
+        let (level_text, qid_text, real_qid): (String, String, String);
         // As a broker: the producer's HashMap(16) string is parsed into HashMap(128), CLUSTER is added, and
         // the map is serialized again.
         let mut client = client_property_order(msg.tags, msg.keys, Some(wait), msg.properties, uniq.as_deref());
@@ -183,17 +310,53 @@ impl MessageStore {
                 None => client.push((keys::CLUSTER, cluster)),
             }
         }
+        // A half message (`TransactionalMessageBridge.parseHalfMessageInner`): the real topic and queue in
+        // properties, stored in the half topic's queue 0 with the transaction bits cleared.
+        let half = transaction::is_half(msg.properties, msg.reconsume_times);
+        let (mut topic, mut queue_id, tran) = if half {
+            if config.transaction.reject_transaction_message {
+                return Err(Error::Transaction(
+                    "sending transaction messages is forbidden (reject_transaction_message)".into(),
+                ));
+            }
+            let uniq_key = client.iter().find(|(n, _)| *n == keys::UNIQ_KEY).map(|(_, v)| *v);
+            real_qid = msg.queue_id.to_string();
+            transaction::half_properties(&mut client, msg.topic, &real_qid, uniq_key);
+            (transaction::HALF_TOPIC, 0, TransactionType::NotType)
+        } else {
+            (msg.topic, msg.queue_id, msg.transaction)
+        };
         properties::sort_hashmap_order(&mut client, BROKER_MAP_CAPACITY);
-        let mut props = Vec::with_capacity(256);
-        properties::write_properties(&mut props, client.iter().copied());
-        let props = strip_if_crc(&props, config.commit_log.enabled_append_prop_crc);
+        let delay = client.iter().find(|(n, _)| *n == keys::DELAY).map(|(_, v)| *v);
+        // A half message is of type NOT here, so a DELAY on it schedules it as the broker's hook does (its
+        // REAL_TOPIC becomes the half topic, which the schedule service then refuses to deliver, reporting it).
+        if let Some(level) = self.schedule_level(delay, tran)? {
+            // `transformDelayLevelMessage`: the same map gains REAL_TOPIC and REAL_QID (and a clamped DELAY).
+            if delay.and_then(crate::java::parse_int) != Some(level) {
+                level_text = level.to_string();
+                if let Some(slot) = client.iter_mut().find(|(n, _)| *n == keys::DELAY) {
+                    slot.1 = &level_text;
+                }
+            }
+            qid_text = queue_id.to_string();
+            // `checkIfTimerMessage` clears the timer properties of a message with a delay level.
+            client.retain(|(n, _)| !keys::TIMER.contains(n));
+            put_entry(&mut client, keys::REAL_TOPIC, topic);
+            put_entry(&mut client, keys::REAL_QID, &qid_text);
+            properties::sort_hashmap_order(&mut client, BROKER_MAP_CAPACITY);
+            (topic, queue_id) = (SCHEDULE_TOPIC, level - 1);
+        }
+        let mut props = Scratch::take(256);
+        properties::write_properties(&mut props.0, client.iter().copied());
+        drop(client); // it borrows `uniq`, which the result takes
+        let props = strip_if_crc(&props.0, config.commit_log.enabled_append_prop_crc);
         let input = EncodeInput {
-            topic: msg.topic,
-            queue_id: msg.queue_id,
+            topic,
+            queue_id,
             flag: msg.flag,
             body: msg.body,
             properties: &props,
-            sys_flag: msg.sys_flag | msg.transaction.bits(),
+            sys_flag: msg.sys_flag | tran.bits(),
             born_timestamp: msg.born_timestamp.unwrap_or(now),
             born_host: msg.born_host,
             store_host: config.broker.store_host,
@@ -203,10 +366,7 @@ impl MessageStore {
             queue_offset: 0,
             physical_offset: 0,
         };
-        let mut buf = Vec::with_capacity(128 + msg.body.len() + props.len());
-        let rec = encode_record(&input, &self.encode_options(true), &mut buf)?;
-        let uniq_keys = vec![uniq.unwrap_or_default()];
-        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf, &[rec], uniq_keys, msg.wait_store_msg_ok)
+        self.append_one(&input, tran, uniq.unwrap_or_default(), msg.wait_store_msg_ok)
     }
 
     /// Stores a batch (RocketMQ's traditional batch): one record per item, consecutive queue offsets, one
@@ -237,7 +397,7 @@ impl MessageStore {
         let wait = if wait_store_msg_ok { "true" } else { "false" };
         let mut buf = Vec::with_capacity(items.iter().map(|i| 160 + i.body.len()).sum());
         let mut records = Vec::with_capacity(items.len());
-        let mut uniq_keys = Vec::with_capacity(items.len());
+        let mut uniq_keys = PerRecord::with_capacity(items.len());
         let mut props = Vec::with_capacity(256);
         let mut batch_body_len = 0usize;
         for item in items {
@@ -249,6 +409,7 @@ impl MessageStore {
             let client = client_property_order(item.tags, item.keys, Some(wait), item.properties, uniq.as_deref());
             props.clear();
             properties::write_properties(&mut props, client.iter().copied());
+            drop(client); // it borrows `uniq`, which the result takes
             let stored = strip_if_crc(&props, config.commit_log.enabled_append_prop_crc);
             // The client's batch encoding of this member: 4+4+4+4+4 + body + 2 + properties.
             batch_body_len += 22 + item.body.len() + stored.len();
@@ -279,6 +440,20 @@ impl MessageStore {
         self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
     }
 
+    /// Encodes one record and appends it (the single-message puts).
+    fn append_one(
+        &self,
+        input: &EncodeInput<'_>,
+        transaction: TransactionType,
+        uniq_key: UniqKey,
+        wait: bool,
+    ) -> Result<PutResult> {
+        let mut buf = Scratch::take(128 + input.body.len() + input.properties.len());
+        let rec = encode_record(input, &self.encode_options(true), &mut buf.0)?;
+        let uniq_keys = PerRecord::from_buf([uniq_key]);
+        self.append(input.topic, input.queue_id, transaction, &mut buf.0, &[rec], uniq_keys, wait)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
@@ -287,7 +462,7 @@ impl MessageStore {
         transaction: TransactionType,
         buf: &mut [u8],
         records: &[EncodedRecord],
-        uniq_keys: Vec<String>,
+        uniq_keys: PerRecord<UniqKey>,
         wait: bool,
     ) -> Result<PutResult> {
         let config = &self.config;
@@ -334,7 +509,7 @@ impl MessageStore {
         })
     }
 
-    fn uniq_key(&self, props: &[(&str, &str)], now: i64) -> Option<String> {
+    fn uniq_key(&self, props: &[(&str, &str)], now: i64) -> Option<UniqKey> {
         if props.iter().any(|(n, _)| *n == keys::UNIQ_KEY) {
             None
         } else {
@@ -363,6 +538,14 @@ fn strip_if_crc(props: &[u8], enabled: bool) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// `map.put(name, value)` on a map kept as entries in insertion order: an existing entry keeps its place.
+fn put_entry<'a>(entries: &mut Entries<'a>, name: &'a str, value: &'a str) {
+    match entries.iter_mut().find(|(n, _)| *n == name) {
+        Some(slot) => slot.1 = value,
+        None => entries.push((name, value)),
+    }
+}
+
 /// The producer's property map in its iteration order (Java `HashMap(16)`), built as the Java client builds
 /// it: TAGS, KEYS, WAIT from the constructor, then user properties, then UNIQ_KEY at send time.
 fn client_property_order<'a>(
@@ -371,8 +554,8 @@ fn client_property_order<'a>(
     wait: Option<&'a str>,
     user: &[(&'a str, &'a str)],
     uniq: Option<&'a str>,
-) -> Vec<(&'a str, &'a str)> {
-    let mut entries: Vec<(&str, &str)> = Vec::with_capacity(user.len() + 4);
+) -> Entries<'a> {
+    let mut entries = Entries::new();
     entries.extend(tags.map(|t| (keys::TAGS, t)));
     entries.extend(keys_text.map(|k| (keys::KEYS, k)));
     entries.extend(wait.map(|w| (keys::WAIT, w)));
@@ -414,10 +597,10 @@ mod tests {
     fn put_inner_stores_the_properties_as_given_and_takes_system_topics() {
         let dir = tempfile::tempdir().unwrap();
         let store = MessageStore::open(dir.path(), StoreConfig::default()).unwrap();
-        let props = b"REAL_TOPIC\x01T\x02UNIQ_KEY\x01AB\x02DELAY\x013\x02";
+        let props = b"REAL_TOPIC\x01T\x02UNIQ_KEY\x01AB\x02REAL_QID\x013\x02";
         let r = store.put_inner(&inner("SCHEDULE_TOPIC_XXXX", props)).unwrap();
         assert_eq!(r.queue_offset, 0);
-        assert_eq!(r.uniq_keys, vec!["AB".to_owned()]);
+        assert_eq!(r.uniq_keys.as_slice(), [UniqKey::from("AB")]);
         let rec = store.read(r.offsets[0]).unwrap().unwrap();
         let (h, bytes) = (&rec.header, rec.bytes());
         assert_eq!(h.topic(bytes), b"SCHEDULE_TOPIC_XXXX");
@@ -425,6 +608,55 @@ mod tests {
         assert_eq!((h.queue_id, h.flag, h.reconsume_times), (2, 7, 3));
         assert_eq!(h.born_timestamp, 1_700_000_000_000);
         assert_eq!(store.next_queue_offset("SCHEDULE_TOPIC_XXXX", 2), 1);
+    }
+
+    fn levels(spec: &str) -> StoreConfig {
+        let mut c = StoreConfig::default();
+        c.dispatch.message_delay_level = spec.to_owned();
+        c
+    }
+
+    #[test]
+    fn a_delay_level_puts_the_message_in_the_schedule_topic_with_its_real_topic_and_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MessageStore::open(dir.path(), levels("1s 2s 3s")).unwrap();
+        let props = [("biz", "1"), ("DELAY", "7"), ("TIMER_DELAY_SEC", "9")];
+        let r = store.put(&PutMessage { properties: &props, ..PutMessage::new("T", 5, b"x") }).unwrap();
+        let rec = store.read(r.offsets[0]).unwrap().unwrap();
+        let (h, bytes) = (&rec.header, rec.bytes());
+        assert_eq!((h.topic(bytes), h.queue_id), (SCHEDULE_TOPIC.as_bytes(), 2));
+        let p = properties::parse(h.properties(bytes));
+        let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string());
+        assert_eq!(get("DELAY").as_deref(), Some("3"), "clamped to the highest level");
+        assert_eq!((get("REAL_TOPIC").as_deref(), get("REAL_QID").as_deref()), (Some("T"), Some("5")));
+        assert_eq!(get("TIMER_DELAY_SEC"), None);
+        assert_eq!((store.next_queue_offset(SCHEDULE_TOPIC, 2), store.next_queue_offset("T", 5)), (1, 0));
+        // The same through put_inner (the hook applies to every put of type NOT / COMMIT).
+        let r = store.put_inner(&inner("T", b"DELAY\x011\x02UNIQ_KEY\x01AB\x02")).unwrap();
+        let rec = store.read(r.offsets[0]).unwrap().unwrap();
+        let (h, bytes) = (&rec.header, rec.bytes());
+        assert_eq!((h.topic(bytes), h.queue_id), (SCHEDULE_TOPIC.as_bytes(), 0));
+        assert_eq!(properties::get_raw(h.properties(bytes), keys::REAL_QID), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn a_delay_that_is_not_an_int_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MessageStore::open(dir.path(), StoreConfig::default()).unwrap();
+        for bad in ["x", "2147483648", "+"] {
+            let props = [("DELAY", bad)];
+            let err = store.put(&PutMessage { properties: &props, ..PutMessage::new("T", 0, b"x") });
+            assert!(matches!(err, Err(Error::IllegalMessage(_))), "{bad}");
+            let raw = format!("DELAY\x01{bad}\x02");
+            assert!(matches!(store.put_inner(&inner("T", raw.as_bytes())), Err(Error::IllegalMessage(_))));
+        }
+        assert_eq!(store.commitlog().max_offset(), 0);
+        assert_eq!(store.next_queue_offset("T", 0), 0);
+        // A PREPARED message is not scheduled, so its DELAY is not parsed.
+        let props = [("DELAY", "x")];
+        let prepared =
+            PutMessage { properties: &props, transaction: TransactionType::Prepared, ..PutMessage::new("T", 0, b"x") };
+        assert!(store.put(&prepared).is_ok());
     }
 
     #[test]

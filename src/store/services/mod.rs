@@ -1,5 +1,5 @@
 //! The store's background services, owned by the store (RocketMQ's `ServiceThread` subclasses): reput,
-//! flush, group commit, commit, clean, warm. One start ([`MessageStore::start_services`]), one shutdown
+//! flush, group commit, commit, clean, warm, schedule. One start ([`MessageStore::start_services`]), one shutdown
 //! ([`MessageStore::close`], or [`MessageStore::stop_services`]), each observable ([`MessageStore::service_stats`]).
 //!
 //! A service is a [`ServiceThread`] (its wake-up signal, stop flag and counters) plus a loop body run on
@@ -15,6 +15,7 @@ pub mod commit;
 pub mod flush;
 pub mod group_commit;
 pub mod reput;
+pub mod schedule;
 pub mod warm;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +47,10 @@ struct Signal {
     /// A wake-up arrived since the last wait (RocketMQ's `hasNotified`): the next wait returns at once.
     notified: bool,
     stopped: bool,
+    /// The thread is blocked in `wait_for_running`: only then does a wake-up need the condvar (a futex
+    /// syscall); a thread busy with a round finds `notified` set when it next waits. Puts wake the reput
+    /// service on every call, so this keeps a syscall off most puts.
+    waiting: bool,
 }
 
 impl ServiceThread {
@@ -84,7 +89,9 @@ impl ServiceThread {
         if !s.notified {
             s.notified = true;
             self.pending.store(true, Ordering::SeqCst);
-            self.cv.notify_all();
+            if s.waiting {
+                self.cv.notify_all();
+            }
         }
     }
 
@@ -93,11 +100,13 @@ impl ServiceThread {
     pub fn wait_for_running(&self, interval: Duration) -> bool {
         let mut s = self.signal();
         if !s.notified && !s.stopped {
+            s.waiting = true;
             s = self
                 .cv
                 .wait_timeout_while(s, interval, |s| !s.notified && !s.stopped)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            s.waiting = false;
         }
         s.notified = false;
         self.pending.store(false, Ordering::SeqCst);
@@ -294,6 +303,7 @@ impl MessageStore {
         group_commit::spawn(self)?;
         commit::spawn(self)?;
         clean::spawn(self)?;
+        schedule::spawn(self)?;
         Ok(())
     }
 

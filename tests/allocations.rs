@@ -1,0 +1,95 @@
+//! Heap allocations per message on the hot paths in steady state (issue 19: "keep every hot path
+//! allocation-free per message"), counted by a global allocator wrapper. Each figure is taken on the calling
+//! thread only (services off: dispatch is driven here), after a warm-up that creates the queues, the index
+//! file and the first mapped pages.
+#![allow(clippy::unwrap_used)]
+// The crate forbids unsafe code; a counting global allocator cannot be written without it.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use rmq::store::get::{Subscription, MAX_PULL_SIZE};
+use rmq::store::{MessageStore, PutMessage};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+/// Allocations per call of `f` over `n` calls.
+fn per_call(n: u64, mut f: impl FnMut(u64)) -> f64 {
+    let before = allocations();
+    for i in 0..n {
+        f(i);
+    }
+    (allocations() - before) as f64 / n as f64
+}
+
+#[test]
+fn allocations_per_message_on_the_hot_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = rmq::config::StoreConfig::default();
+    config.commit_log.mapped_file_size_commit_log = 64 << 20;
+    let store = MessageStore::open(tmp.path(), config).unwrap();
+    let body = [b'x'; 128];
+    // Three keys per message, as issue 19's dispatch figure has them.
+    let keys: Vec<String> = (0..40_000).map(|i| format!("key-{i} order-{i} user-{}", i % 97)).collect();
+    let put = |i: u64| {
+        let mut m = PutMessage::new("BenchTopic", (i % 4) as i32, &body);
+        m.tags = Some("TagA");
+        m.keys = Some(&keys[i as usize]);
+        store.put(&m).unwrap();
+    };
+    per_call(1_000, put);
+    while store.dispatch(u64::MAX, false).unwrap().records > 0 {}
+    let puts = per_call(10_000, |i| put(1_000 + i));
+    let dispatch = {
+        let before = allocations();
+        let mut n = 0;
+        loop {
+            let r = store.dispatch(1_000, false).unwrap().records;
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        (allocations() - before) as f64 / n as f64
+    };
+    let all = Subscription::all();
+    let mut offset = [0i64; 4];
+    let gets = per_call(1_000, |i| {
+        let q = (i % 4) as usize;
+        let r = store.get_message("G", "BenchTopic", q as i32, offset[q], 32, MAX_PULL_SIZE, &all).unwrap();
+        offset[q] = r.next_begin_offset;
+    }) / 32.0;
+    println!("allocations per message: put {puts:.6}, dispatch {dispatch:.6}, get_message {gets:.3}");
+    assert_eq!(puts, 0.0, "a put allocates nothing in steady state");
+    // Dispatch allocates per round (rounds of 1,000 records here), never per record (consume queue + index,
+    // 3 keys).
+    assert!(dispatch <= 2.0 / 1_000.0, "dispatch: {dispatch} allocations per record");
+    // get_message allocates its result's two vectors per call, not per message.
+    assert!(gets <= 3.0 / 32.0, "get_message: {gets} allocations per message");
+}

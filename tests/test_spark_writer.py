@@ -1,0 +1,228 @@
+"""Writing DataFrames into a store (`rmq.spark_writer`, `df.write.format("rocketmq")`).
+
+The round trip: a store made here (tags, keys, properties, flags, born times over two topics and several queues)
+is read into a DataFrame, written into a new store by the writer, and Apache RocketMQ 5.3.1 opens the new store:
+every message is there with its body, properties (as RocketMQ parses them), flag and born time at the same
+queue offsets, and RocketMQ's `queryMessage` finds every key. Then bad input: each fails with a typed error
+naming the row, and nothing of the bad batch is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import rmq
+from rmq import arrow
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+from test_interop import CONFIG, java, java_describe  # noqa: E402, F401 (the harness fixture)
+
+import rmq.spark as rs  # noqa: E402
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def new_store(path: Path) -> Path:
+    """An empty store with the interop tests' small files (64 KiB segments), which the writer's open reads off."""
+    rmq.MessageStore(path, CONFIG, start_services=False).close()
+    return path
+
+
+def source_store(path: Path) -> Path:
+    """300 messages: two topics, 4 and 3 queues, tags (some none, some not ASCII), 0 to 3 keys, user properties,
+    flags and born times of their own."""
+    with rmq.MessageStore(path, CONFIG, start_services=False) as store:
+        for i in range(300):
+            topic, qid = ("Orders", i % 4) if i % 3 else ("Audit", i % 3)
+            keys = [f"order-{i}", f"customer-{i % 7}", "标签键"][: i % 4]
+            store.put(
+                topic,
+                hashlib.sha256(b"%d" % i).digest() * (1 + i % 5),
+                queue_id=qid,
+                tags=[None, "TagA", "标签", "TagB"][i % 4],
+                keys=keys or None,
+                properties={"color": ["red", "绿"][i % 2], "n": str(i)} if i % 5 else {},
+                flag=i % 3,
+                born_timestamp=1_700_000_000_000 + i * 1000,
+            )
+        store.wait_dispatched()
+    return path
+
+
+def scan(path: Path) -> list[Any]:
+    with rmq.MessageStore(path, read_only=True) as store:
+        return list(store.scan())
+
+
+def write(df: Any, store: Path, **options: str) -> None:
+    df.write.format("rocketmq").mode("append").options(**options).save(str(store))
+
+
+def test_round_trip_opens_in_rocketmq(spark: SparkSession, java: Any, tmp_path: Path) -> None:  # noqa: F811
+    src, dst = source_store(tmp_path / "src"), tmp_path / "dst"
+    df = rs.read(spark, src)  # every column of the source: the writer takes its own and ignores the rest
+    assert df.rdd.getNumPartitions() > 1
+    # One task: the source's order, so the same queue offsets. A new store, with the harness's file sizes.
+    sizes = {"mappedFileSizeCommitLog": "65536", "mappedFileSizeConsumeQueue": "160", "maxHashSlotNum": "64"}
+    write(df.coalesce(1), dst, **sizes, MAXINDEXNUM="128")
+    theirs = java_describe(java, dst, tmp_path)
+    messages = {(m["topic"], m["queueId"], m["queueOffset"]): m for m in theirs if m["type"] == "message"}
+    source = scan(src)
+    assert len(messages) == len(source) == 300
+    found = {(k["topic"], k["key"]): k["physicalOffsets"] for k in theirs if k["type"] == "key"}
+    for m in source:
+        got = messages[(m.topic, m.queue_id, m.queue_offset)]
+        assert got["bodySha256"] == hashlib.sha256(m.body).hexdigest()
+        assert got["bornTimestamp"] == m.born_timestamp
+        assert got["flag"] == m.flag
+        # Every property as RocketMQ parses the stored text: TAGS, KEYS, UNIQ_KEY, WAIT, CLUSTER and the user's.
+        # (The text's order is that of RocketMQ's batch put, which the writer uses, not always the source's.)
+        assert dict(p.split("\x01", 1) for p in got["properties"].split("\x02") if p) == dict(m.properties)
+        for key in m.keys:  # RocketMQ's queryMessage finds the copy by every key
+            assert got["physicalOffset"] in found[(m.topic, key)]
+    # rmq reads the new store as it reads the source, store-side fields aside (the commitlog's order across
+    # queues may differ: each batch is put queue by queue).
+    same = ("topic", "queue_id", "queue_offset", "body", "tags", "keys", "properties", "flag", "born_timestamp")
+    assert sorted([getattr(m, f) for f in same] for m in scan(dst)) == sorted(
+        [getattr(m, f) for f in same] for m in source
+    )
+
+
+def test_parallel_tasks_take_turns_and_keep_each_queues_order(spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
+    dst = new_store(tmp_path / "dst")
+    rows = [("T", None, [f"k{i % 10}"], i) for i in range(400)]
+    schema = "topic string, body binary, keys array<string>, n int"
+    df = spark.createDataFrame([(t, str(n).encode(), k, n) for t, _, k, n in rows], schema).repartition(4, "n")
+    write(df.drop("n"), dst)
+    got = scan(dst)
+    assert sorted(int(m.body) for m in got) == list(range(400))
+    queues = {0, 1, 2, 3}
+    for m in got:  # queue by key hash: Java's abs(hashCode % 4) of the KEYS text
+        h = arrow.java_hash(pa.array(m.keys)).to_pylist()[0]
+        assert m.queue_id == abs(h) % 4 and m.queue_id in queues
+    for q in queues:
+        offsets = [m.queue_offset for m in got if m.queue_id == q]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_queue_choice_columns_and_types(spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
+    dst = new_store(tmp_path / "dst")
+    with rmq.MessageStore(dst, start_services=False) as store:
+        store.create_topic("Three", queues=3)
+    df = spark.createDataFrame(
+        [
+            ("Three", "a b", 1700000000123, None, "x"),
+            ("Three", None, 1700000000456, None, "y"),
+            ("Three", None, None, 2, "z"),
+            ("Free", "a b", None, None, "w"),
+            ("Free", None, None, 7, "v"),  # an unconfigured topic takes any queue id
+        ],
+        "topic string, keys string, born_timestamp long, queue_id int, body string",
+    ).coalesce(1)
+    write(df, dst)
+    got = {m.body: m for m in scan(dst)}
+    h = arrow.java_hash(pa.array(["a b"])).to_pylist()[0]
+    assert got[b"x"].queue_id == abs(h) % 3 and got[b"x"].keys == ["a", "b"]
+    assert got[b"x"].born_timestamp == 1700000000123
+    assert got[b"y"].queue_id == 0  # no key: round robin from queue 0
+    assert got[b"z"].queue_id == 2
+    assert got[b"w"].queue_id == abs(h) % 4  # unconfigured: the default 4 queues
+    assert got[b"v"].queue_id == 7
+    assert got[b"v"].tags is None and got[b"v"].keys == []
+
+
+def failing(fn: Any) -> str:
+    with pytest.raises(Exception) as e:  # noqa: B017 (Spark wraps the task's error)
+        fn()
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("rows", "schema", "error"),
+    [
+        ([("T", b"ok", None), ("T", None, None)], "topic string, body binary, queue_id int", "InvalidMessageError"),
+        ([("T", b"ok", None), (None, b"x", None)], "topic string, body binary, queue_id int", "InvalidMessageError"),
+        ([("T", b"ok", 1), ("Q2", b"x", 2)], "topic string, body binary, queue_id int", "InvalidArgumentError"),
+        ([("T", b"ok", 0), ("T", b"x", -1)], "topic string, body binary, queue_id int", "InvalidArgumentError"),
+        ([("T", b"ok", "TagA", {}), ("T", b"x", "TagB", {"TAGS": "Other"})],
+         "topic string, body binary, tags string, properties map<string,string>", "InvalidPropertyError"),
+        ([("T", b"ok", None), ("T", b"x" * (4 << 20 | 1), None)], "topic string, body binary, queue_id int",
+         "MessageTooLargeError"),
+    ],
+)  # fmt: skip
+def test_bad_rows_fail_typed_and_write_nothing(
+    spark: SparkSession,  # noqa: F811
+    tmp_path: Path,
+    rows: list[tuple[Any, ...]],
+    schema: str,
+    error: str,
+) -> None:
+    dst = new_store(tmp_path / "dst")
+    with rmq.MessageStore(dst, start_services=False) as store:
+        store.create_topic("Q2", queues=2)
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+    message = failing(lambda: write(df, dst))
+    assert error in message and "row 1" in message
+    assert scan(dst) == []  # the bad row's batch is checked whole before any of it is written
+
+
+@pytest.mark.parametrize(
+    ("schema", "rows", "error"),
+    [
+        ("body binary", [(b"x",)], "needs a 'topic' column"),
+        ("topic string", [("T",)], "needs a 'body' column"),
+        ("topic string, body binary, tag string", [("T", b"x", "a")], "column 'tag' is not one"),
+        ("topic string, body binary, queue_id string", [("T", b"x", "1")], "column queue_id is string"),
+        ("topic string, body binary, properties map<string,int>", [("T", b"x", {"a": 1})], "column properties"),
+    ],
+)
+def test_bad_columns_are_refused(
+    spark: SparkSession,  # noqa: F811
+    tmp_path: Path,
+    schema: str,
+    rows: list[tuple[Any, ...]],
+    error: str,
+) -> None:
+    dst = new_store(tmp_path / "dst")
+    assert error in failing(lambda: write(spark.createDataFrame(rows, schema), dst))
+    assert scan(dst) == []
+
+
+def test_modes_and_options(spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
+    dst = new_store(tmp_path / "dst")
+    df = spark.createDataFrame([("T", b"x")], "topic string, body binary")
+    assert "only appends" in failing(lambda: df.write.format("rocketmq").mode("overwrite").save(str(dst)))
+    assert "queues must be" in failing(lambda: write(df, dst, queues="0"))
+    with rmq.MessageStore(dst, start_services=False):  # the lock is held: the task waits lockTimeout, then fails
+        assert "StoreLockedError" in failing(lambda: write(df, dst, lockTimeout="0.5"))
+    assert scan(dst) == []
+    write(df, dst)
+    assert [m.body for m in scan(dst)] == [b"x"]
+
+
+def test_stream_writer_appends_each_micro_batch(spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
+    dst = new_store(tmp_path / "dst")
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.json").write_text("\n".join(json.dumps({"topic": "S", "body": f"m{i}"}) for i in range(5)))
+    schema = T.StructType([T.StructField("topic", T.StringType()), T.StructField("body", T.StringType())])
+    query = (
+        spark.readStream.schema(schema)
+        .json(str(src))
+        .writeStream.format("rocketmq")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start(str(dst))
+    )
+    query.awaitTermination(120)
+    assert sorted(m.body for m in scan(dst)) == [b"m%d" % i for i in range(5)]
