@@ -158,6 +158,12 @@ pub fn disarm_under(prefix: &Path) -> usize {
     before - list.len()
 }
 
+/// Failures (or stalls) fired so far by the faults armed under `prefix`: a test waits on it to know a stalled
+/// check has been reached.
+pub fn fired_under(prefix: &Path) -> u64 {
+    faults().iter().filter(|a| a.fault.path_prefix.as_deref() == Some(prefix)).map(|a| a.fired).sum()
+}
+
 /// Whether any fault is armed at `point`.
 pub fn is_armed(point: FaultPoint) -> bool {
     ARMED.load(Ordering::Relaxed) & point.bit() != 0

@@ -123,8 +123,8 @@ fn eight_producers_share_flushes_and_every_acknowledged_put_survives_a_power_los
     assert!(checked > 0, "some cut came after acknowledged puts");
 }
 
-/// While the flush is held up, eight waiting puts pile up; the disk then serves them with two flushes (the
-/// one held up, and one for everything that arrived meanwhile), not eight.
+/// While the flush of a first put is held up, seven more waiting puts pile up; the disk then serves them with
+/// two flushes (the one held up, and one for everything that arrived meanwhile), not eight.
 #[test]
 fn puts_arriving_during_a_flush_are_served_by_one_flush() {
     let tmp = tempfile::tempdir().unwrap();
@@ -132,14 +132,19 @@ fn puts_arriving_during_a_flush_are_served_by_one_flush() {
     sync_record::record(&root, |_| false);
     let store = started(&root, config(64 * 1024));
     fault::inject(Fault::stalled(FaultPoint::Flush).under(&root));
-    let producers: Vec<_> = (0..8)
-        .map(|t| {
-            let store = store.clone();
-            std::thread::spawn(move || put(&store, format!("producer {t}").as_bytes(), true))
-        })
-        .collect();
-    until_waiting(&store, 8);
+    let spawn = |t: usize| {
+        let store = store.clone();
+        std::thread::spawn(move || put(&store, format!("producer {t}").as_bytes(), true))
+    };
+    // The first put's flush reaches the stall before the others are written (else one flush covers all eight).
+    let mut producers = vec![spawn(0)];
+    until_waiting(&store, 1);
+    while fault::fired_under(&root) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let before = sync_record::syncs(&root, &root.join("commitlog"));
+    producers.extend((1..8).map(spawn));
+    until_waiting(&store, 8);
     assert_eq!(fault::disarm_under(&root), 1);
     let results: Vec<PutResult> = producers.into_iter().map(|p| p.join().unwrap()).collect();
     assert!(results.iter().all(|r| r.status == PutMessageStatus::PutOk));
