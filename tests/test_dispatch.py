@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import rmq
 from conftest import SMALL, small_config
 
@@ -131,6 +133,13 @@ def test_query_by_key(store_dir: Path) -> None:
         res = store.query_message("Events", "id199")
         assert res.index_last_update_timestamp == last.store_timestamp
         assert res.index_last_update_phy_offset == last.wrote_offset
+        # It reads as the 3-tuple (messages, timestamp, offset) too, as the named tuple it replaced did.
+        msgs, ts, phy = res
+        assert [m.commitlog_offset for m in msgs] == [m.commitlog_offset for m in res.messages] != []
+        assert (ts, phy) == (res[1], res[-1]) == (last.store_timestamp, last.wrote_offset)
+        assert len(res) == 3 and isinstance(res, rmq.QueryMessageResult)
+        with pytest.raises(IndexError):
+            res[3]
 
 
 def test_query_caps_and_time_window(store_dir: Path) -> None:

@@ -26,6 +26,7 @@ from rmq._native import (
     PropertiesTooLargeError,
     PutMessageStatus,
     PutResult,
+    QueryMessageResult,
     ReadOnlyError,
     RecordView,
     RmqError,
@@ -45,7 +46,7 @@ from rmq.offsets import ConsumerOffsetManager
 from rmq.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageListenerOrderly
 from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, MessageModel, PushConsumer
 from rmq.rebalance import MessageQueue
-from rmq.store import ConsumeQueueEntry, MessageStore, QueryMessageResult, ServiceStats, StoreConfig
+from rmq.store import ConsumeQueueEntry, MessageStore, ServiceStats, StoreConfig
 from rmq.transaction import (
     CheckedMessage,
     LocalTransactionState,

@@ -177,14 +177,6 @@ class ServiceStats(NamedTuple):
     last_error: str | None
 
 
-class QueryMessageResult(NamedTuple):
-    """Messages found by key, oldest first, and when/where the index was last updated."""
-
-    messages: list[_native.MessageExt]
-    index_last_update_timestamp: int
-    index_last_update_phy_offset: int
-
-
 Recovery = Literal["strict", "truncate", "salvage"]
 """What opening does with damage inside the commitlog's data (bytes a killed process cannot leave):
 "strict" refuses with `CorruptionError` naming file and offset and changes nothing; "truncate" cuts the log at
@@ -351,18 +343,6 @@ class MessageStore(_native.MessageStore):
             self.dispatch_all()
             return True
         return self._wait_dispatched(timeout)
-
-    def query_message(
-        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = 2**63 - 1
-    ) -> QueryMessageResult:
-        """`queryMessage`: messages of `topic` whose UNIQ_KEY or one of whose KEYS is `key`.
-
-        Only messages stored in [begin, end] (ms since the epoch) count; at most `max_num`, capped at
-        `max_msgs_num_batch` (64) as RocketMQ caps it. Unlike RocketMQ, another key with the same hash never
-        comes back: each candidate's topic and keys are checked.
-        """
-        msgs, ts, phy = self._query_message(topic, key, max_num, begin, end)
-        return QueryMessageResult(msgs, ts, phy)
 
     def iter_queue(
         self, topic: str, queue_id: int, from_offset: int = 0, *, batch: int = 1024

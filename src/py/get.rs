@@ -1,11 +1,12 @@
-//! `GetMessageResult`: what `get_message` returns to Python. The messages stay views of their commitlog
-//! records; `messages` wraps them as lazily decoded `MessageExt`, `raw` as zero-copy `RecordView`s.
+//! `GetMessageResult` and `QueryMessageResult`: what `get_message` and `query_message` return to Python. The
+//! messages stay views of their commitlog records; `messages` wraps them as lazily decoded `MessageExt`, `raw`
+//! (of a `get_message`) as zero-copy `RecordView`s.
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyTuple};
 
 use super::message::{GetMessageStatus, MessageExt, RecordView};
-use crate::store::get;
+use crate::store::{get, QueryResult};
 
 /// The result of one `get_message` call.
 #[pyclass(frozen, module = "rmq._native")]
@@ -96,7 +97,62 @@ impl GetMessageResult {
     }
 }
 
+/// The result of `query_message`: the messages found by key, oldest first, and when and where the index was
+/// last updated. Reads as the 3-tuple `(messages, index_last_update_timestamp, index_last_update_phy_offset)`
+/// too (indexing, unpacking), as a named tuple would.
+#[pyclass(frozen, sequence, module = "rmq._native")]
+pub struct QueryMessageResult {
+    inner: QueryResult,
+}
+
+impl QueryMessageResult {
+    pub(crate) fn new(inner: QueryResult) -> Self {
+        QueryMessageResult { inner }
+    }
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (self.messages(py)?, self.inner.index_last_update_timestamp, self.inner.index_last_update_phy_offset)
+            .into_pyobject(py)
+    }
+}
+
+#[pymethods]
+impl QueryMessageResult {
+    /// The messages as `MessageExt`, decoded field by field on access.
+    #[getter]
+    fn messages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.inner.records.iter().map(|r| MessageExt::new(r.clone())))
+    }
+    /// Store time of the index's newest entry, ms since the epoch.
+    #[getter]
+    fn index_last_update_timestamp(&self) -> i64 {
+        self.inner.index_last_update_timestamp
+    }
+    /// Commitlog offset of the index's newest entry.
+    #[getter]
+    fn index_last_update_phy_offset(&self) -> i64 {
+        self.inner.index_last_update_phy_offset
+    }
+    fn __len__(&self) -> usize {
+        3
+    }
+    fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyAny>> {
+        self.fields(py)?.as_any().get_item(i)
+    }
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.fields(py)?.as_any().try_iter()?.into_any())
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "QueryMessageResult(messages={}, index_last_update_timestamp={}, index_last_update_phy_offset={})",
+            self.inner.records.len(),
+            self.inner.index_last_update_timestamp,
+            self.inner.index_last_update_phy_offset
+        )
+    }
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<GetMessageResult>()?;
+    m.add_class::<QueryMessageResult>()?;
     Ok(())
 }

@@ -12,7 +12,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyMapping, PyString};
 
 use super::args;
 use super::errors::to_py;
-use super::get::GetMessageResult;
+use super::get::{GetMessageResult, QueryMessageResult};
 use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType};
 use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
@@ -729,10 +729,13 @@ impl MessageStore {
         (total, recent.into_iter().map(|i| (i.offset, i.reason, i.skipped)).collect())
     }
 
-    /// Messages of `topic` whose UNIQ_KEY or KEYS contain `key`, stored in [begin, end] (ms), at most
-    /// `max_num` (capped at max_msgs_num_batch), oldest first; plus the index's last update (time, offset).
+    /// `queryMessage`: messages of `topic` whose UNIQ_KEY or one of whose KEYS is `key`.
+    ///
+    /// Only messages stored in [begin, end] (ms since the epoch) count; at most `max_num`, capped at
+    /// `max_msgs_num_batch` (64) as RocketMQ caps it. Unlike RocketMQ, another key with the same hash never
+    /// comes back: each candidate's topic and keys are checked.
     #[pyo3(signature = (topic, key, max_num=32, begin=0, end=i64::MAX))]
-    fn _query_message(
+    fn query_message(
         &self,
         py: Python<'_>,
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
@@ -740,11 +743,9 @@ impl MessageStore {
         #[pyo3(from_py_with = args::count_usize)] max_num: usize,
         #[pyo3(from_py_with = args::java_long)] begin: i64,
         #[pyo3(from_py_with = args::java_long)] end: i64,
-    ) -> PyResult<(Vec<MessageExt>, i64, i64)> {
+    ) -> PyResult<QueryMessageResult> {
         let inner = &self.inner;
-        let res = py.detach(|| inner.query_message(&topic, &key, max_num, begin, end)).map_err(to_py)?;
-        let msgs = res.records.into_iter().map(MessageExt::new).collect();
-        Ok((msgs, res.index_last_update_timestamp, res.index_last_update_phy_offset))
+        py.detach(|| inner.query_message(&topic, &key, max_num, begin, end)).map(QueryMessageResult::new).map_err(to_py)
     }
 
     /// `getOffsetInQueueByTime`: the queue offset of the first message stored at or after `timestamp`

@@ -183,7 +183,7 @@ fn rebuild(
 /// What a query for `topic`/`key` in `[begin, end]` makes of the message at `offset` that an entry with
 /// keyHash `hash` points at; `candidate`: the entry has the queried key's hash and time. The message must
 /// carry a key of that hash (a `Reject` when it is another key of the same hash or outside the window);
-/// otherwise the entry is damaged.
+/// otherwise the entry is damaged. An accepted message comes back with the verdict (read once).
 #[allow(clippy::too_many_arguments)]
 fn judge_entry(
     log: &CommitLog,
@@ -194,21 +194,21 @@ fn judge_entry(
     key: &str,
     begin: i64,
     end: i64,
-) -> Candidate {
+) -> (Candidate, Option<Record>) {
     let Ok(at) = u64::try_from(offset) else {
-        return Candidate::Damaged("a negative commitlog offset".into());
+        return (Candidate::Damaged("a negative commitlog offset".into()), None);
     };
     if at < log.min_offset() {
-        return Candidate::Reject; // removed by retention
+        return (Candidate::Reject, None); // removed by retention
     }
-    match log.read(at) {
+    let verdict = match log.read(at) {
         Ok(Some(rec)) => {
             let ts = rec.header.store_timestamp;
             if candidate && record_has_key(&rec, topic, key) {
                 if ts < begin || ts > end {
                     Candidate::Reject
                 } else {
-                    Candidate::Accept
+                    return (Candidate::Accept, Some(rec));
                 }
             } else if has_key_hash(&rec, hash) {
                 Candidate::Reject
@@ -219,7 +219,8 @@ fn judge_entry(
         Ok(None) if at >= log.max_offset() => Candidate::Damaged("points past the end of the commitlog".into()),
         Ok(None) => Candidate::Damaged("no message starts there".into()),
         Err(e) => Candidate::Damaged(format!("no message starts there ({e})")),
-    }
+    };
+    (verdict, None)
 }
 
 /// The first entry of `file`, from the newest back to the first whose message starts before `down_to` (and
@@ -406,12 +407,8 @@ impl MessageStore {
         loop {
             found.clear();
             let mut judge = |offset: i64, hash: i32, candidate: bool| {
-                let c = judge_entry(&self.commitlog, offset, hash, candidate, topic, key, begin, end);
-                if candidate && c == Candidate::Accept {
-                    if let Ok(Some(rec)) = self.commitlog.read(offset.max(0) as u64) {
-                        found.push(rec);
-                    }
-                }
+                let (c, rec) = judge_entry(&self.commitlog, offset, hash, candidate, topic, key, begin, end);
+                found.extend(rec);
                 c
             };
             // Entries keep whole seconds from the file's begin, so an entry reads up to 999 ms early: widen
@@ -433,11 +430,9 @@ impl MessageStore {
                             self.report_damage(at, format!("{what}; could not be rebuilt ({e}), keys may be missing"));
                             found.clear();
                             let mut accept = |offset: i64| {
-                                let c = judge_entry(&self.commitlog, offset, hash, true, topic, key, begin, end);
-                                let ok = c == Candidate::Accept;
-                                if let (true, Ok(Some(rec))) = (ok, self.commitlog.read(offset.max(0) as u64)) {
-                                    found.push(rec);
-                                }
+                                let (_, rec) = judge_entry(&self.commitlog, offset, hash, true, topic, key, begin, end);
+                                let ok = rec.is_some();
+                                found.extend(rec);
                                 ok
                             };
                             return Ok(index.query(topic, key, max_num, begin.saturating_sub(999), end, &mut accept));
