@@ -13,8 +13,16 @@ pub fn string_hash(s: &str) -> i32 {
     s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
 }
 
-fn ascii_hash(bytes: &[u8]) -> i32 {
-    bytes.iter().fold(0i32, |h, &b| h.wrapping_mul(31).wrapping_add(i32::from(b)))
+/// `String.hashCode()` of ASCII text (one UTF-16 unit per byte); a `const fn`, so fixed names hash at compile
+/// time.
+pub(crate) const fn ascii_hash(bytes: &[u8]) -> i32 {
+    let mut h = 0i32;
+    let mut i = 0;
+    while i < bytes.len() {
+        h = h.wrapping_mul(31).wrapping_add(bytes[i] as i32);
+        i += 1;
+    }
+    h
 }
 
 /// `new String(bytes, UTF_8).hashCode()`: the hash Java computes for text stored as (possibly malformed) UTF-8.

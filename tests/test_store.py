@@ -565,6 +565,42 @@ def test_record_view_is_read_only_and_outlives_close(store_dir: Path) -> None:
     assert parse_record(bytes(view)).body == b"payload"
 
 
+def test_messages_of_one_result_share_its_records_and_outlive_it_and_the_store(store_dir: Path) -> None:
+    """The `MessageExt`s of a `get_message` or `query_message` result read the result's records (no copy per
+    message): each must still be its own message after the result, the other messages and the store are gone."""
+    import gc
+
+    store = rmq.MessageStore(store_dir, SMALL)
+    for i in range(40):
+        store.put("T", f"body-{i}".encode(), queue_id=i % 2, tags=f"tag{i % 3}", keys=[f"k{i}", "all"])
+    assert store.wait_dispatched(30)
+    r = store.get_message("g", "T", 1, 3, 32)
+    msgs = r.messages
+    assert len(msgs) == 17 and r.queue_offsets == list(range(3, 20))
+    query = store.query_message("T", "all", 64)
+    found = query.messages
+    del r, query
+    keep = [msgs[0], msgs[9], msgs[-1], found[0], found[-1]]
+    retried = msgs[9].with_reconsume_times(7)
+    del msgs, found
+    gc.collect()
+    store.close()
+    # queue 1 holds messages 1, 3, 5, ...: queue offset q is message 2q + 1
+    for m, q in zip(keep[:3], (3, 12, 19), strict=True):
+        i = 2 * q + 1
+        assert (m.queue_id, m.queue_offset, m.body, m.tags, m.keys) == (
+            1,
+            q,
+            f"body-{i}".encode(),
+            f"tag{i % 3}",
+            [f"k{i}", "all"],
+        )
+        assert m.body_crc_ok and bytes(m.raw)[:4] == m.store_size.to_bytes(4, "big")
+    assert keep[3].keys[1] == keep[4].keys[1] == "all" and keep[3].commitlog_offset != keep[4].commitlog_offset
+    assert (retried.reconsume_times, keep[1].reconsume_times) == (7, 0)
+    assert (retried.body, retried.queue_offset) == (keep[1].body, 12)
+
+
 # --- lock, close, limits, reports -------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 //!
 //! Every length read from the bytes is checked against what remains; no input makes these functions panic.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::ops::Range;
 
 use super::encode::{parse_crc_value, CRC32_RESERVED_LEN};
@@ -144,14 +144,18 @@ impl<'a> Reader<'a> {
         Ok(i64::from_be_bytes(self.arr()?))
     }
     fn host(&mut self, v6: bool) -> Result<SocketAddr, Invalid> {
-        let ip = if v6 {
-            std::net::IpAddr::V6(Ipv6Addr::from(self.arr::<16>()?))
-        } else {
-            std::net::IpAddr::V4(Ipv4Addr::from(self.arr::<4>()?))
-        };
-        let port = self.i32()?;
         // Java stores the port as an int; anything outside u16 cannot come from a socket address.
-        Ok(SocketAddr::new(ip, u16::try_from(port).map_err(|_| Invalid::BadLength("port"))?))
+        let port = |p: i32| u16::try_from(p).map_err(|_| Invalid::BadLength("port"));
+        // Each family is built straight into its SocketAddr variant: going through an `IpAddr` first made the
+        // compiler assemble it on the stack and read it back whole, a store-forwarding stall on every record
+        // a drain or dispatch parses.
+        if v6 {
+            let ip = Ipv6Addr::from(self.arr::<16>()?);
+            Ok(SocketAddr::V6(SocketAddrV6::new(ip, port(self.i32()?)?, 0, 0)))
+        } else {
+            let ip = Ipv4Addr::from(self.arr::<4>()?);
+            Ok(SocketAddr::V4(SocketAddrV4::new(ip, port(self.i32()?)?)))
+        }
     }
     fn range(&mut self, n: usize) -> Result<Range<usize>, Invalid> {
         let start = self.at;

@@ -78,7 +78,8 @@ pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
 /// Generates UNIQ_KEY ids as `MessageClientIDSetter` does: a per-process prefix `ip | pid i16 | random i32`,
 /// then `ms since the start of the current month (local time) i32 | counter i16`.
 pub struct UniqIdGenerator {
-    prefix: Vec<u8>,
+    /// The prefix in upper-case hex, as every id starts (20 chars for IPv4, 44 for IPv6).
+    prefix_hex: Vec<u8>,
     counter: AtomicU16,
     month: AtomicI64, // start of the current month, ms
     next_month: AtomicI64,
@@ -86,8 +87,19 @@ pub struct UniqIdGenerator {
 
 impl std::fmt::Debug for UniqIdGenerator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UniqIdGenerator").field("prefix_len", &self.prefix.len()).finish()
+        f.debug_struct("UniqIdGenerator").field("prefix_len", &(self.prefix_hex.len() / 2)).finish()
     }
+}
+
+/// Appends the upper-case hex of `bytes` to `out` from `at`; returns the new end (stops where `out` ends).
+fn write_hex(out: &mut [u8], mut at: usize, bytes: &[u8]) -> usize {
+    for &b in bytes {
+        if let Some(pair) = out.get_mut(at..at + 2) {
+            pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]]);
+            at += 2;
+        }
+    }
+    at
 }
 
 impl UniqIdGenerator {
@@ -97,7 +109,14 @@ impl UniqIdGenerator {
         ip_bytes(ip, &mut prefix);
         prefix.extend_from_slice(&(std::process::id() as u16).to_be_bytes());
         prefix.extend_from_slice(&random_i32().to_be_bytes());
-        UniqIdGenerator { prefix, counter: AtomicU16::new(0), month: AtomicI64::new(0), next_month: AtomicI64::new(0) }
+        let mut prefix_hex = vec![0u8; prefix.len() * 2];
+        write_hex(&mut prefix_hex, 0, &prefix);
+        UniqIdGenerator {
+            prefix_hex,
+            counter: AtomicU16::new(0),
+            month: AtomicI64::new(0),
+            next_month: AtomicI64::new(0),
+        }
     }
 
     /// The next id for a message created at `now_ms`, as 32 (IPv4) or 56 (IPv6) hex chars.
@@ -113,14 +132,12 @@ impl UniqIdGenerator {
         }
         let counter = self.counter.fetch_add(1, Ordering::Relaxed);
         let mut bytes = [0u8; UniqKey::INLINE];
-        let mut len = 0;
-        let parts: [&[u8]; 3] = [&self.prefix, &(diff as i32).to_be_bytes(), &counter.to_be_bytes()];
-        for b in parts.into_iter().flatten() {
-            if let Some(pair) = bytes.get_mut(len..len + 2) {
-                pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]]);
-                len += 2;
-            }
-        }
+        let mut len = self.prefix_hex.len().min(UniqKey::INLINE);
+        bytes[..len].copy_from_slice(&self.prefix_hex[..len]);
+        let mut tail = [0u8; 6];
+        tail[..4].copy_from_slice(&(diff as i32).to_be_bytes());
+        tail[4..].copy_from_slice(&counter.to_be_bytes());
+        len = write_hex(&mut bytes, len, &tail);
         UniqKey(Repr::Inline { len: len as u8, bytes })
     }
 }
@@ -305,6 +322,7 @@ mod tests {
         let b = g.next_id(now);
         assert_eq!(a.len(), 32);
         assert!(a.starts_with("C0A80001"));
+        assert_eq!(&a[8..12], format!("{:04X}", std::process::id() as u16), "the pid after the ip");
         assert_eq!(&a[..20], &b[..20]);
         let ca = u16::from_str_radix(&a[28..], 16).unwrap_or(0);
         let cb = u16::from_str_radix(&b[28..], 16).unwrap_or(0);

@@ -62,8 +62,26 @@ pub fn check_property(name: &str, value: &str) -> Result<()> {
 
 /// Java `HashMap` bucket of `key` in a table of `capacity` (a power of two): `(h ^ (h >>> 16)) & (cap − 1)`.
 pub fn hashmap_bucket(key: &str, capacity: usize) -> usize {
-    let h = java::string_hash(key) as u32;
+    let h = name_hash(key) as u32;
     ((h ^ (h >> 16)) as usize) & (capacity - 1)
+}
+
+/// `String.hashCode()` of a property name; the names every put carries are hashed at compile time (a put
+/// orders its map twice, as the producer's and as the broker's).
+fn name_hash(name: &str) -> i32 {
+    const TAGS: i32 = java::ascii_hash(keys::TAGS.as_bytes());
+    const KEYS: i32 = java::ascii_hash(keys::KEYS.as_bytes());
+    const WAIT: i32 = java::ascii_hash(keys::WAIT.as_bytes());
+    const UNIQ_KEY: i32 = java::ascii_hash(keys::UNIQ_KEY.as_bytes());
+    const CLUSTER: i32 = java::ascii_hash(keys::CLUSTER.as_bytes());
+    match name {
+        keys::TAGS => TAGS,
+        keys::KEYS => KEYS,
+        keys::WAIT => WAIT,
+        keys::UNIQ_KEY => UNIQ_KEY,
+        keys::CLUSTER => CLUSTER,
+        _ => java::string_hash(name),
+    }
 }
 
 /// Capacity of a `HashMap(initial)` after `len` insertions (it doubles whenever size exceeds 0.75 × capacity).
@@ -169,6 +187,16 @@ pub fn delete_property(blob: &[u8], name: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_names_hashed_at_compile_time_hash_as_java_does() {
+        for name in [keys::TAGS, keys::KEYS, keys::WAIT, keys::UNIQ_KEY, keys::CLUSTER, keys::DELAY, "biz", "é"] {
+            assert_eq!(name_hash(name), java::string_hash(name), "{name}");
+        }
+        // String.hashCode() of each, as Java computes it.
+        assert_eq!((name_hash("TAGS"), name_hash("KEYS"), name_hash("WAIT")), (2567193, 2303476, 2656629));
+        assert_eq!((name_hash("UNIQ_KEY"), name_hash("CLUSTER")), (488471169, 1590074842));
+    }
 
     #[test]
     fn hashmap_order_vector_15_4() {

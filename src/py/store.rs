@@ -1,7 +1,7 @@
 //! The native `MessageStore` and its scan iterator. Arguments are converted with the GIL held; the work
 //! runs detached from the interpreter.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -17,6 +17,7 @@ use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, T
 use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
 use crate::error::Error;
+use crate::fxhash::FxHashMap;
 use crate::store::{self, BatchItem, PutMessage};
 
 /// An arrival as Python sees it: (topic, queue_id, next queue offset).
@@ -152,7 +153,7 @@ pub struct MessageStore {
     /// The configured topics' queue counts (`max(write, read)` queue nums), kept by `rmq.topics` through
     /// `_set_queue_limits`: a producer put at or past its topic's count is refused, as the broker's send check
     /// refuses it. Checked here, before the GIL is released, so the check costs a hash lookup.
-    queue_limits: RwLock<HashMap<String, i32>>,
+    queue_limits: RwLock<FxHashMap<String, i32>>,
 }
 
 impl MessageStore {
@@ -189,7 +190,7 @@ impl MessageStore {
     }
 
     /// Replaces the configured topics' queue counts (`rmq.topics` calls it whenever its table changes).
-    fn _set_queue_limits(&self, limits: HashMap<String, i32>) {
+    fn _set_queue_limits(&self, limits: FxHashMap<String, i32>) {
         *self.queue_limits.write().unwrap_or_else(PoisonError::into_inner) = limits;
     }
 

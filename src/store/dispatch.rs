@@ -2,6 +2,8 @@
 //! (spec §12: `ReputMessageService`, `CommitLogDispatcherBuildConsumeQueue`, `CommitLogDispatcherBuildIndex`).
 
 use std::collections::HashMap;
+
+use crate::fxhash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -15,7 +17,7 @@ use crate::message::properties;
 use crate::message::tags::tags_code_of;
 use crate::message::TransactionType;
 
-type QueueMap = HashMap<String, HashMap<i32, Arc<ConsumeQueue>>>;
+type QueueMap = FxHashMap<String, FxHashMap<i32, Arc<ConsumeQueue>>>;
 
 /// Whether `topic` may name a consume-queue directory: 1..=255 bytes of `[%|a-zA-Z0-9_-]`, so it can never
 /// be a path (`..`, `/`) however the record that carries it was written.
@@ -44,7 +46,7 @@ impl ConsumeQueueStore {
     /// [`ConsumeQueueStore::load`] in `storage`: in an overlay a missing directory holds no queue, and queues
     /// created later live in memory (see [`crate::mmap::Storage`]).
     pub fn load_in(storage: crate::mmap::Storage, dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {
-        let mut queues = QueueMap::new();
+        let mut queues = QueueMap::default();
         let mut skipped = Vec::new();
         if storage == crate::mmap::Storage::Overlay && !dir.exists() {
             let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues) };

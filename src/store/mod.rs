@@ -14,7 +14,6 @@ pub mod transaction;
 pub mod validate;
 pub mod verify;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -25,13 +24,14 @@ use crate::commitlog::{CommitLog, OpenReport, Record};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{BoundaryType, ConsumeQueue, CqEntry};
 use crate::error::{Error, Result};
+use crate::fxhash::FxHashMap;
 use crate::index::IndexService;
 use crate::message::ids::UniqIdGenerator;
 use crate::message::properties::{self, keys};
 use dispatch::{ConsumeQueueStore, DispatchIssue, DispatchRound, Dispatcher};
 pub use put::{BatchItem, PutMessage, PutResult};
 
-pub(crate) type QueueTable = HashMap<String, HashMap<i32, i64>>;
+pub(crate) type QueueTable = FxHashMap<String, FxHashMap<i32, i64>>;
 
 /// An open store directory.
 #[derive(Debug)]

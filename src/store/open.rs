@@ -258,7 +258,7 @@ impl MessageStore {
             max_message_size: AtomicI32::new(config.commit_log.max_message_size),
             config,
             commitlog,
-            queue_table: Mutex::new(QueueTable::new()),
+            queue_table: Mutex::new(QueueTable::default()),
             uniq,
             open_report,
             unclean_shutdown,
@@ -317,7 +317,7 @@ impl MessageStore {
             std::sync::atomic::Ordering::Release,
         );
         let min = store.commitlog.min_offset() as i64;
-        let mut table = QueueTable::new();
+        let mut table = QueueTable::default();
         for cq in store.queues.all() {
             cq.correct_min_offset(min);
             table.entry(cq.topic().to_owned()).or_default().insert(cq.queue_id(), cq.next_queue_offset() as i64);
