@@ -12,7 +12,6 @@ pub mod consume_queue;
 pub mod error;
 pub mod fault;
 pub mod file_queue;
-pub(crate) mod fxhash;
 pub mod index;
 pub mod java;
 pub mod message;

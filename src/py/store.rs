@@ -17,8 +17,8 @@ use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, T
 use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
 use crate::error::Error;
-use crate::fxhash::FxHashMap;
 use crate::store::{self, BatchItem, PutMessage};
+use rustc_hash::FxHashMap;
 
 /// An arrival as Python sees it: (topic, queue_id, next queue offset).
 type Arrival = (String, i32, i64);

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::fxhash::FxHashMap;
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 

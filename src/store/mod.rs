@@ -24,12 +24,12 @@ use crate::commitlog::{CommitLog, OpenReport, Record};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{BoundaryType, ConsumeQueue, CqEntry};
 use crate::error::{Error, Result};
-use crate::fxhash::FxHashMap;
 use crate::index::IndexService;
 use crate::message::ids::UniqIdGenerator;
 use crate::message::properties::{self, keys};
 use dispatch::{ConsumeQueueStore, DispatchIssue, DispatchRound, Dispatcher};
 pub use put::{BatchItem, PutMessage, PutResult};
+use rustc_hash::FxHashMap;
 
 pub(crate) type QueueTable = FxHashMap<String, FxHashMap<i32, i64>>;
 
