@@ -565,9 +565,9 @@ def test_record_view_is_read_only_and_outlives_close(store_dir: Path) -> None:
     assert parse_record(bytes(view)).body == b"payload"
 
 
-def test_messages_of_one_result_share_its_records_and_outlive_it_and_the_store(store_dir: Path) -> None:
-    """The `MessageExt`s of a `get_message` or `query_message` result read the result's records (no copy per
-    message): each must still be its own message after the result, the other messages and the store are gone."""
+def test_messages_of_a_result_outlive_it_the_other_messages_and_the_store(store_dir: Path) -> None:
+    """Each `MessageExt` of a `get_message` or `query_message` result stays its own message (fields, body, record
+    bytes) after the result, the other messages and the store are gone, and `with_reconsume_times` copies."""
     import gc
 
     store = rmq.MessageStore(store_dir, SMALL)

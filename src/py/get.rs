@@ -2,27 +2,21 @@
 //! messages stay views of their commitlog records; `messages` wraps them as lazily decoded `MessageExt`, `raw`
 //! (of a `get_message`) as zero-copy `RecordView`s.
 
-use std::sync::Arc;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::message::{GetMessageStatus, MessageExt, RecordView};
-use crate::commitlog::Record;
 use crate::store::{get, QueryResult};
 
 /// The result of one `get_message` call.
 #[pyclass(frozen, module = "rmq._native")]
 pub struct GetMessageResult {
     inner: get::GetMessageResult,
-    /// The records (taken out of `inner`), shared by the `MessageExt`s `messages` makes.
-    records: Arc<Vec<Record>>,
 }
 
 impl GetMessageResult {
-    pub(crate) fn new(mut inner: get::GetMessageResult) -> Self {
-        let records = Arc::new(std::mem::take(&mut inner.messages));
-        GetMessageResult { inner, records }
+    pub(crate) fn new(inner: get::GetMessageResult) -> Self {
+        GetMessageResult { inner }
     }
 }
 
@@ -71,10 +65,10 @@ impl GetMessageResult {
     /// Number of messages.
     #[getter]
     fn message_count(&self) -> usize {
-        self.records.len()
+        self.inner.messages.len()
     }
     fn __len__(&self) -> usize {
-        self.records.len()
+        self.inner.messages.len()
     }
     /// Queue offset of each message.
     #[getter]
@@ -84,19 +78,19 @@ impl GetMessageResult {
     /// The messages as `MessageExt`, decoded field by field on access.
     #[getter]
     fn messages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, MessageExt::all_of(&self.records))
+        PyList::new(py, self.inner.messages.iter().map(|r| MessageExt::new(r.clone())))
     }
     /// The messages as zero-copy `RecordView`s of their commitlog bytes.
     #[getter]
     fn raw<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.records.iter().map(RecordView::of))
+        PyList::new(py, self.inner.messages.iter().map(RecordView::of))
     }
     fn __repr__(&self) -> String {
         format!(
             "GetMessageResult(status={}, next_begin_offset={}, messages={}, min_offset={}, max_offset={})",
             self.inner.status.name(),
             self.inner.next_begin_offset,
-            self.records.len(),
+            self.inner.messages.len(),
             self.inner.min_offset,
             self.inner.max_offset
         )
@@ -109,14 +103,11 @@ impl GetMessageResult {
 #[pyclass(frozen, sequence, module = "rmq._native")]
 pub struct QueryMessageResult {
     inner: QueryResult,
-    /// The records (taken out of `inner`), shared by the `MessageExt`s `messages` makes.
-    records: Arc<Vec<Record>>,
 }
 
 impl QueryMessageResult {
-    pub(crate) fn new(mut inner: QueryResult) -> Self {
-        let records = Arc::new(std::mem::take(&mut inner.records));
-        QueryMessageResult { inner, records }
+    pub(crate) fn new(inner: QueryResult) -> Self {
+        QueryMessageResult { inner }
     }
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         (self.messages(py)?, self.inner.index_last_update_timestamp, self.inner.index_last_update_phy_offset)
@@ -129,7 +120,7 @@ impl QueryMessageResult {
     /// The messages as `MessageExt`, decoded field by field on access.
     #[getter]
     fn messages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, MessageExt::all_of(&self.records))
+        PyList::new(py, self.inner.records.iter().map(|r| MessageExt::new(r.clone())))
     }
     /// Store time of the index's newest entry, ms since the epoch.
     #[getter]
@@ -153,7 +144,7 @@ impl QueryMessageResult {
     fn __repr__(&self) -> String {
         format!(
             "QueryMessageResult(messages={}, index_last_update_timestamp={}, index_last_update_phy_offset={})",
-            self.records.len(),
+            self.inner.records.len(),
             self.inner.index_last_update_timestamp,
             self.inner.index_last_update_phy_offset
         )

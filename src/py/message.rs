@@ -225,39 +225,20 @@ impl RecordView {
 }
 
 /// A stored message, decoded lazily from its record (`MessageExt`).
-#[pyclass(frozen, freelist = 256, module = "rmq._native")]
+#[pyclass(frozen, module = "rmq._native")]
 pub struct MessageExt {
-    held: Held,
-}
-
-/// The record a `MessageExt` reads: its own, or its place in the records of one `get_message` /
-/// `query_message` result, which all its messages share (a drain then makes no copy of a record's parsed
-/// header per message, only one reference count).
-enum Held {
-    One(Box<Record>),
-    Batch(Arc<Vec<Record>>, usize),
+    record: Record,
 }
 
 impl MessageExt {
     pub(crate) fn new(record: Record) -> Self {
-        MessageExt { held: Held::One(Box::new(record)) }
-    }
-    /// A message for every record of `batch`, in order.
-    pub(crate) fn all_of(batch: &Arc<Vec<Record>>) -> impl ExactSizeIterator<Item = MessageExt> + '_ {
-        (0..batch.len()).map(|i| MessageExt { held: Held::Batch(batch.clone(), i) })
-    }
-    fn record(&self) -> &Record {
-        match &self.held {
-            Held::One(r) => r,
-            // In range: only `all_of` makes batch messages.
-            Held::Batch(batch, i) => &batch[*i],
-        }
+        MessageExt { record }
     }
     fn bytes(&self) -> &[u8] {
-        self.record().bytes()
+        self.record.bytes()
     }
     fn props(&self) -> &[u8] {
-        self.record().header.properties(self.bytes())
+        self.record.header.properties(self.bytes())
     }
     fn prop(&self, name: &str) -> Option<String> {
         properties::get_raw(self.props(), name).map(|v| decode_utf8_lossy(v).into_owned())
@@ -269,97 +250,97 @@ impl MessageExt {
     /// Topic.
     #[getter]
     fn topic(&self) -> String {
-        decode_utf8_lossy(self.record().header.topic(self.bytes())).into_owned()
+        decode_utf8_lossy(self.record.header.topic(self.bytes())).into_owned()
     }
     #[getter]
     fn queue_id(&self) -> i32 {
-        self.record().header.queue_id
+        self.record.header.queue_id
     }
     /// Position in its consume queue (entries, not bytes).
     #[getter]
     fn queue_offset(&self) -> i64 {
-        self.record().header.queue_offset
+        self.record.header.queue_offset
     }
     /// Commitlog offset of the record, bytes.
     #[getter]
     fn commitlog_offset(&self) -> i64 {
-        self.record().header.physical_offset
+        self.record.header.physical_offset
     }
     /// Record size in bytes (TOTALSIZE).
     #[getter]
     fn store_size(&self) -> i32 {
-        self.record().header.total_size
+        self.record.header.total_size
     }
     #[getter]
     fn body_crc(&self) -> i32 {
-        self.record().header.body_crc
+        self.record.header.body_crc
     }
     #[getter]
     fn flag(&self) -> i32 {
-        self.record().header.flag
+        self.record.header.flag
     }
     #[getter]
     fn sys_flag(&self) -> i32 {
-        self.record().header.sys_flag
+        self.record.header.sys_flag
     }
     #[getter]
     fn transaction_type(&self) -> TransactionType {
-        self.record().header.transaction_type().into()
+        self.record.header.transaction_type().into()
     }
     /// Producer timestamp, ms since the epoch.
     #[getter]
     fn born_timestamp(&self) -> i64 {
-        self.record().header.born_timestamp
+        self.record.header.born_timestamp
     }
     /// `ip:port` or `[ipv6]:port`.
     #[getter]
     fn born_host(&self) -> String {
-        self.record().header.born_host.to_string()
+        self.record.header.born_host.to_string()
     }
     /// Broker store timestamp, ms since the epoch.
     #[getter]
     fn store_timestamp(&self) -> i64 {
-        self.record().header.store_timestamp
+        self.record.header.store_timestamp
     }
     #[getter]
     fn store_host(&self) -> String {
-        self.record().header.store_host.to_string()
+        self.record.header.store_host.to_string()
     }
     #[getter]
     fn reconsume_times(&self) -> i32 {
-        self.record().header.reconsume_times
+        self.record.header.reconsume_times
     }
     /// A copy of this message whose `reconsume_times` reads `times`; the record (and `raw`) are unchanged. The
     /// orderly push consumer hands it to its listener when it retries a message in place, as RocketMQ's client
     /// counts retries on the `MessageExt` it holds.
     fn with_reconsume_times(&self, #[pyo3(from_py_with = args::java_int)] times: i32) -> MessageExt {
-        let mut record = self.record().clone();
+        let mut record = self.record.clone();
         record.header.reconsume_times = times;
-        MessageExt::new(record)
+        MessageExt { record }
     }
     #[getter]
     fn prepared_transaction_offset(&self) -> i64 {
-        self.record().header.prepared_transaction_offset
+        self.record.header.prepared_transaction_offset
     }
     /// 1 or 2 (v2 records have a 2-byte topic length).
     #[getter]
     fn version(&self) -> u8 {
-        self.record().header.version()
+        self.record.header.version()
     }
     /// Body bytes (a copy; see `body_view` for zero-copy).
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.record().header.body(self.bytes()))
+        PyBytes::new(py, self.record.header.body(self.bytes()))
     }
     /// Zero-copy memoryview of the body.
     #[getter]
     fn body_view<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let view = Bound::new(py, RecordView::of(self.record()))?;
+        let view = Bound::new(py, RecordView::of(&self.record))?;
         let mv = py.import("builtins")?.getattr("memoryview")?.call1((view,))?;
         mv.get_item(pyo3::types::PySlice::new(
             py,
-            self.record().header.body.start as isize,
-            self.record().header.body.end as isize,
+            self.record.header.body.start as isize,
+            self.record.header.body.end as isize,
             1,
         ))
     }
@@ -393,25 +374,25 @@ impl MessageExt {
     /// The broker message id (offsetMsgId): store host and commitlog offset in hex.
     #[getter]
     fn msg_id(&self) -> String {
-        offset_msg_id(self.record().header.store_host, self.record().header.physical_offset)
+        offset_msg_id(self.record.header.store_host, self.record.header.physical_offset)
     }
     /// The consume-queue tag code (Java hash of TAGS; delivery time on the schedule topic with the default levels).
     #[getter]
     fn tags_code(&self) -> Option<i64> {
         let levels = tags::parse_delay_levels(tags::DEFAULT_DELAY_LEVELS);
-        let h = &self.record().header;
+        let h = &self.record.header;
         tags::tags_code(h.topic(self.bytes()), self.props(), h.store_timestamp, &levels).ok()
     }
     /// Whether the body CRC matches the stored BODYCRC.
     #[getter]
     fn body_crc_ok(&self) -> bool {
-        let h = &self.record().header;
+        let h = &self.record.header;
         msg::crc32(h.body(self.bytes())) == h.body_crc
     }
     /// Zero-copy view of the whole record.
     #[getter]
     fn raw(&self) -> RecordView {
-        RecordView::of(self.record())
+        RecordView::of(&self.record)
     }
     fn __repr__(&self) -> String {
         format!(
