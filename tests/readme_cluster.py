@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from test_readme_cluster import BIN, PLACEHOLDERS, REPO, cluster_block
-from test_spark import cluster  # noqa: F401  (the fixture: a master and two workers on loopback, torn down)
+from test_spark_cluster import cluster  # noqa: F401  (the fixture: a master and two workers on loopback, torn down)
 from wheel_check import facts
 
 import rmq
@@ -69,7 +69,11 @@ def run_in_own_group(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProce
 
 # Minutes on a loaded machine: a venv, pip, venv-pack, two JVM executors unpacking 100 MB each.
 @pytest.mark.timeout(1500)
-def test_readme_cluster_commands_as_written(cluster: str, tmp_path: Path) -> None:  # noqa: F811
+def test_readme_cluster_commands_as_written(
+    cluster: str,  # noqa: F811
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     wheel = the_wheel()
     assert facts(wheel).problems() == []
     shared = tmp_path / "shared"
@@ -101,8 +105,12 @@ def test_readme_cluster_commands_as_written(cluster: str, tmp_path: Path) -> Non
     ]
     assert {s["topic"]: s["messages"] for s in summary} == dict(counts)
     # Both workers' executors ran the shipped environment: Spark unpacked it into their working directories.
-    unpacked = list((tmp_path / "work").glob("app-*/*/environment/bin/python"))
-    assert len(unpacked) == 2, list((tmp_path / "work").rglob("*"))[:50]
+    # The workers' directory is the cluster fixture's (tests/test_spark_cluster.py): <basetemp>/cluster<N>/work
+    # (pytest also links cluster<N> as "clustercurrent").
+    work_dirs = list(tmp_path_factory.getbasetemp().glob("cluster[0-9]*/work"))
+    assert len(work_dirs) == 1, work_dirs
+    unpacked = list(work_dirs[0].glob("app-*/*/environment/bin/python"))
+    assert len(unpacked) == 2, list(work_dirs[0].rglob("*"))[:50]
 
     # The archive on its own: a fresh directory, its python, rmq from the manylinux wheel, no pyspark.
     fresh = tmp_path / "fresh"

@@ -151,3 +151,17 @@ def test_pipeline_script_shows_the_same_commands() -> None:
         for placeholder, example in examples.items():
             line = line.replace(placeholder, example)
         assert line in doc, line
+
+
+def test_the_cluster_run_collects() -> None:
+    """`make cluster-readme` runs tests/readme_cluster.py, which `make test` does not: its imports (the cluster
+    fixture lives in another test module) must keep working. Collecting it runs nothing and starts no JVM."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "readme_cluster.py"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "readme_cluster.py::" in out.stdout
