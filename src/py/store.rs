@@ -9,6 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyMapping, PyString};
+use rustc_hash::FxHashMap;
 
 use super::args;
 use super::errors::to_py;
@@ -18,7 +19,6 @@ use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
 use crate::error::Error;
 use crate::store::{self, BatchItem, PutMessage};
-use rustc_hash::FxHashMap;
 
 /// An arrival as Python sees it: (topic, queue_id, next queue offset).
 type Arrival = (String, i32, i64);

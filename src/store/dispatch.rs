@@ -2,10 +2,10 @@
 //! (spec §12: `ReputMessageService`, `CommitLogDispatcherBuildConsumeQueue`, `CommitLogDispatcherBuildIndex`).
 
 use std::collections::HashMap;
-
-use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+
+use rustc_hash::FxHashMap;
 
 use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Step};
 use crate::commitlog::CommitLog;

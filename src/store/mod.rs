@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
+
 use crate::checkpoint::{AbortFile, CheckpointValues, LockFile, StoreCheckpoint};
 use crate::commitlog::{CommitLog, OpenReport, Record};
 use crate::config::{FlushDiskType, StoreConfig};
@@ -29,7 +31,6 @@ use crate::message::ids::UniqIdGenerator;
 use crate::message::properties::{self, keys};
 use dispatch::{ConsumeQueueStore, DispatchIssue, DispatchRound, Dispatcher};
 pub use put::{BatchItem, PutMessage, PutResult};
-use rustc_hash::FxHashMap;
 
 pub(crate) type QueueTable = FxHashMap<String, FxHashMap<i32, i64>>;
 
