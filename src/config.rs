@@ -637,6 +637,14 @@ impl FileSizes {
     ///   under which the file's slots and chains are what `putKey` writes. When neither tells,
     ///   [`Error::InvalidConfig`]: the sizes must then be given.
     pub fn read(root: &Path) -> Result<Self> {
+        let mut sizes = FileSizes::read_segments(root)?;
+        sizes.index = index_sizes(&root.join("index"))?;
+        Ok(sizes)
+    }
+
+    /// [`read`](Self::read) without the index sizes (for a caller that gives them: an index file whose sizes
+    /// cannot be told is then no error).
+    pub fn read_segments(root: &Path) -> Result<Self> {
         let mut sizes = FileSizes::default();
         let commitlog = segments(&root.join("commitlog"))?;
         sizes.mapped_file_size_commit_log = segment_size(&[commitlog]);
@@ -648,7 +656,6 @@ impl FileSizes {
             }
         }
         sizes.mapped_file_size_consume_queue = segment_size(&queues);
-        sizes.index = index_sizes(&root.join("index"))?;
         Ok(sizes)
     }
 

@@ -112,3 +112,25 @@ def test_a_truncated_consume_queue_file_is_reported_as_damage(tmp_path: Path) ->
     with pytest.raises(rmq.CorruptionError) as info:
         rmq.MessageStore(store)
     assert info.value.path == str(cq[0]) and "5000 bytes where the other files" in str(info.value)
+
+
+def test_given_index_sizes_need_no_index_file_that_tells_them(tmp_path: Path) -> None:
+    """An index file of another ratio and no full one (what a Spark writer task finds when the task before it just
+    created the store's first index file) tells no index sizes: opening without them is a clear error, and with
+    both given the other sizes are still read off the files (CI saw a writer task fail on this)."""
+    root = tmp_path / "store"
+    with rmq.MessageStore(root, SMALL, start_services=False) as store:
+        store.put("T", b"x")
+    (root / "index").mkdir(exist_ok=True)
+    for f in (root / "index").iterdir():
+        f.unlink()
+    slots, entries = 1000, 5_000_000  # 40 + 4 x 1000 + 20 x 5,000,000 bytes: not 4 entries per slot, > 64 MiB
+    with open(root / "index" / "20260101000000000", "wb") as f:
+        f.truncate(40 + 4 * slots + 20 * entries)
+    with pytest.raises(rmq.InvalidConfigError, match="max_hash_slot_num"):
+        rmq.StoreConfig.from_files(root)
+    cfg = rmq.StoreConfig.from_files(root, max_hash_slot_num=slots, max_index_num=entries)
+    assert (cfg.max_hash_slot_num, cfg.max_index_num) == (slots, entries)
+    assert cfg.mapped_file_size_commit_log == SMALL.mapped_file_size_commit_log
+    with pytest.raises(rmq.InvalidConfigError, match="max_hash_slot_num"):
+        rmq.StoreConfig.from_files(root, max_index_num=entries)  # one of the two is not enough

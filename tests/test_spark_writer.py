@@ -226,3 +226,34 @@ def test_stream_writer_appends_each_micro_batch(spark: SparkSession, tmp_path: P
     )
     query.awaitTermination(120)
     assert sorted(m.body for m in scan(dst)) == [b"m%d" % i for i in range(5)]
+
+
+def test_a_task_waits_out_an_index_file_being_allocated(tmp_path: Path) -> None:
+    """A task reads the store's sizes before it has the lock: an index file another task is allocating tells
+    nothing until whole, so the task retries (and fails clearly if the sizes never become readable)."""
+    import threading
+    import time
+
+    from rmq import spark_writer
+
+    dst = new_store(tmp_path / "dst")
+    (dst / "index").mkdir(exist_ok=True)
+    growing = dst / "index" / "20260101000000000"
+    with open(growing, "wb") as f:
+        f.truncate(96 << 20)  # part of a default 420,000,040-byte index file
+    with pytest.raises(rmq.InvalidConfigError):
+        spark_writer._open(spark_writer.WriteOptions(str(dst), 4, 0.5, {}))
+
+    def finish() -> None:
+        time.sleep(0.5)
+        with open(growing, "r+b") as f:
+            f.truncate(40 + 4 * 5_000_000 + 20 * 20_000_000)
+
+    t = threading.Thread(target=finish)
+    t.start()
+    store = spark_writer._open(spark_writer.WriteOptions(str(dst), 4, 60, {}))
+    t.join()
+    try:
+        assert (store.config.max_hash_slot_num, store.config.max_index_num) == (5_000_000, 20_000_000)
+    finally:
+        store.close()

@@ -187,11 +187,16 @@ def _settings(options: dict[str, str]) -> dict[str, Any]:
     return {names[java.lower()][1]: parsed[names[java.lower()][1]] for java in given}
 
 
+#: How long a task retries when the store's file sizes cannot be told (see `_open`).
+SIZES_RETRY_SECONDS = 30.0
+
+
 def _open(opts: WriteOptions) -> Any:
     """The store, opened read-write once its lock is free (waiting up to `lock_timeout` seconds)."""
     import rmq
 
     deadline = time.monotonic() + opts.lock_timeout
+    sizes_deadline: float | None = None
     pause = 0.05
     while True:
         try:
@@ -200,8 +205,17 @@ def _open(opts: WriteOptions) -> Any:
         except rmq.StoreLockedError:
             if time.monotonic() >= deadline:
                 raise
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        except rmq.InvalidConfigError:
+            # The sizes are read off the files before the lock is ours: a task holding it may be allocating a new
+            # index file right then, whose length tells nothing until it is whole (CI saw a task fail on a file
+            # caught at 96 MiB of its 420). Retried for SIZES_RETRY_SECONDS; a store whose sizes really cannot be
+            # told fails after that.
+            now = time.monotonic()
+            sizes_deadline = sizes_deadline or min(deadline, now + SIZES_RETRY_SECONDS)
+            if now >= sizes_deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _col(batch: pa.RecordBatch, name: str) -> pa.Array | None:

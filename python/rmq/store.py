@@ -115,7 +115,10 @@ class StoreConfig:
         """
         if not isinstance(path, str | os.PathLike):
             raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        sizes: dict[str, Any] = dict(_native.sizes_from_files(os.fspath(path)))
+        # Index sizes given by the caller need not be told by the files (a store another writer just gave an
+        # index file of its own sizes, not yet full, tells nothing: the Spark writer's tasks open so).
+        given = "max_hash_slot_num" in overrides and "max_index_num" in overrides
+        sizes: dict[str, Any] = dict(_native.sizes_from_files(os.fspath(path), index=not given))
         if "max_hash_slot_num" in overrides or "max_index_num" in overrides:
             sizes.pop("max_hash_slot_num", None)
             sizes.pop("max_index_num", None)

@@ -1043,13 +1043,16 @@ fn check_store<'py>(
 
 /// The file sizes of the store at `path`, read off its files (`FileSizes::read`): a dict with the
 /// `StoreConfig` names of those it could read (`mapped_file_size_commit_log`, `mapped_file_size_consume_queue`,
-/// `max_hash_slot_num`, `max_index_num`). Writes nothing.
+/// `max_hash_slot_num`, `max_index_num`; without the last two when `index` is false). Writes nothing.
 #[pyfunction]
+#[pyo3(signature = (path, *, index=true))]
 fn sizes_from_files<'py>(
     py: Python<'py>,
     #[pyo3(from_py_with = args::path)] path: PathBuf,
+    #[pyo3(from_py_with = args::boolean)] index: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let sizes = py.detach(|| crate::config::FileSizes::read(&path)).map_err(to_py)?;
+    let read = if index { crate::config::FileSizes::read } else { crate::config::FileSizes::read_segments };
+    let sizes = py.detach(|| read(&path)).map_err(to_py)?;
     let d = PyDict::new(py);
     if let Some(s) = sizes.mapped_file_size_commit_log {
         d.set_item("mapped_file_size_commit_log", s)?;
