@@ -58,7 +58,10 @@ def _runs() -> dict[str, dict[str, list[dict[str, Any]]]]:
     for w in run.PUTS:
         slow = 2.0 if w.flush == "SYNC_FLUSH" else 4.0
         for side, speed in (("java", 1.0), ("rmq", slow), ("rust", slow)):
-            add(w.name, side, {"count": 1000, "put_s": 1 / speed, "dispatched_s": 1.1 / speed, "cpu_s": 0.5})
+            r = {"count": 1000, "put_s": 1 / speed, "dispatched_s": 1.1 / speed, "cpu_s": 0.5}
+            if side == "rmq" and w.batch > 1:
+                r |= {"messages_put_s": 2 / speed, "messages_cpu_s": 0.7}
+            add(w.name, side, r)
     for side, speed in (("java", 1.0), ("rmq", 4.0), ("rust", 4.0)):
         add(run.DISPATCH, side, {"count": 1_000_000, "dispatch_s": 2 / speed, "cpu_s": 1.0})
         add(
@@ -67,7 +70,11 @@ def _runs() -> dict[str, dict[str, list[dict[str, Any]]]]:
              "query_p99_us": 9 / speed, "query_cpu_s": 0.01},
         )  # fmt: skip
         add(run.RECOVERY, side, {"count": 1000, "bytes": 1 << 20, "open_s": 2 / speed, "cpu_s": 1.0})
-    add(run.LIMITS, "machine", {"count": 1, "memcpy_gbps": 10.0, "crc32_zlib_gbps": 1.0, "write_fdatasync_gbps": 1.0})
+    add(
+        run.LIMITS, "machine",
+        {"count": 1, "memcpy_gbps": 10.0, "crc32_zlib_gbps": 1.0, "write_fdatasync_gbps": 1.0,
+         "append_fdatasync_us": 1000.0, "sync16_bound_rate": 16_000.0},
+    )  # fmt: skip
     for kind in baselines.KINDS:
         rate = {"rmq put": 100_000, "rmq put_batch(32)": 200_000, "sqlite WAL NORMAL": 150_000, "litequeue": 2_000}
         n = rate.get(kind, 500)
@@ -90,6 +97,11 @@ def test_tables_compute_ratios_and_goals() -> None:
     recovery = t["open after kill -9 (abnormal recovery), s"]
     assert recovery["rmq"]["ratio"] == pytest.approx(4.0)  # lower is better: Java's seconds / rmq's
     assert "machine: CRC32 (zlib.crc32), GB/s" in t
+    assert t["machine: SYNC_FLUSH bound, 16 producers (16 / that), msg/s"]["machine"]["median"] == 16_000.0
+    objects = t["put_batch(32) 1 KiB, Python `rmq.Message`s, msg/s"]
+    assert objects["rmq"]["ratio"] == pytest.approx(2.0) and "rust" not in objects  # python only
+    assert objects["rmq"]["cpu_us"] == pytest.approx(700.0) and objects["java"]["cpu_us"] == pytest.approx(500.0)
+    assert "put 1 KiB, Python `rmq.Message`s, msg/s" not in t  # single puts have no such pass
     assert "machine: CRC32 (crc32fast, Rust), GB/s" not in t  # no Rust limits run in the fakes
     b = {e["kind"]: e for e in run.baseline_table(results)}
     assert b["litequeue"]["goal"] == {"rmq": "rmq put", "ratio": 100.0, "met": False}  # 50x
@@ -99,6 +111,23 @@ def test_tables_compute_ratios_and_goals() -> None:
     assert "goal" not in b["lmdb"]
     run.print_table(run.table(results))
     run.print_baselines(run.baseline_table(results))
+
+
+def test_the_python_put_driver_times_batches_both_ways(tmp_path: Path) -> None:
+    a = {
+        "topic": "T", "queues": "2", "tag": "TagA", "size": "64", "segment": str(1 << 20), "count": "640",
+        "warmup": "64", "threads": "1", "batch": "32", "dir": str(tmp_path), "keys": "1",
+    }  # fmt: skip
+    r = run.rmq_put(a)  # checks every message reached its queue, both passes
+    assert r["count"] == 640 and r["put_s"] > 0 and r["messages_put_s"] > 0 and r["messages_cpu_s"] >= 0
+    single = run.rmq_put(a | {"batch": "1", "dir": str(tmp_path / "single")})
+    assert "messages_put_s" not in single
+
+
+def test_the_limits_measure_the_sync_bound(tmp_path: Path) -> None:
+    r = run.limits({"bytes": str(1 << 20), "dir": str(tmp_path)})
+    assert r["append_fdatasync_us"] > 0
+    assert r["sync16_bound_rate"] == pytest.approx(16 / r["append_fdatasync_us"] * 1e6)
 
 
 def test_charts_are_drawn_from_a_results_json(tmp_path: Path) -> None:

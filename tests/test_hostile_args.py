@@ -161,7 +161,16 @@ def _put(e: Env, d: Draw) -> object:
 def _put_batch(e: Env, d: Draw) -> object:
     item = st.one_of(BODY, st.builds(lambda b: rmq.Message(b), BODY), HOSTILE)
     messages = d(st.one_of(st.lists(item, min_size=1, max_size=3), HOSTILE))
-    kw = kwargs_of(d, queue_id=QID, sys_flag=st.just(0), born_host=st.just("1.2.3.4:5"), reconsume_times=QID)
+    one_key = st.one_of(st.none(), TEXT, st.lists(TEXT, max_size=2))
+    kw = kwargs_of(
+        d,
+        queue_id=QID,
+        tags=st.one_of(TEXT, st.lists(st.one_of(st.none(), TEXT), min_size=1, max_size=3)),
+        keys=st.lists(one_key, min_size=1, max_size=3),
+        sys_flag=st.just(0),
+        born_host=st.just("1.2.3.4:5"),
+        reconsume_times=QID,
+    )
     return e.store.put_batch(d(arg(TOPIC)), messages, **kw)
 
 

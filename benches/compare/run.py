@@ -18,7 +18,8 @@ under `--dir` (default: a temporary directory; the same disk for both), deleted 
   default JVM options). Each message is a `MessageExtBrokerInner` built as the broker builds it from a request
   (properties string, tags code) and stored with `putMessage`; a batch is a `MessageExtBatch` of 32 messages
   encoded with `MessageDecoder.encodeMessages`, stored with `putMessages`. Building them is timed, as building
-  the arguments of `put` / `put_batch` (32 `rmq.Message`s) is timed on the Python side.
+  the arguments of `put` / `put_batch` is timed on the Python side (a batch: the 32 bodies with `tags=` and
+  a list of 32 `keys=`; and, in a pass of its own, the python-only row, 32 `rmq.Message` objects).
 - rmq from Python: the public API (`rmq.MessageStore.put`, `put_batch`, `get_message`, `query_message`) in a
   child process of this script; from Rust: `compare_driver` (benches/compare/driver.rs, a Cargo example
   built here with `cargo build --release`), the same calls on `rmq::store::MessageStore`.
@@ -35,7 +36,9 @@ Workloads (`PUTS` and the jobs below, the one definition every side receives as 
 - put: `count` messages of `size` bytes, single (`put` / `putMessage`) or in batches of 32 (`put_batch` /
   `putMessages`), from 1 or 4 threads. `count` fills about `--volume-mib` MiB of commitlog (default 1024; body
   plus ~230 bytes of header and properties per record). Measured: put_s, first put to last return (msg/s),
-  and dispatched_s, first put until dispatch has caught up (consume queues and index hold everything).
+  and dispatched_s, first put until dispatch has caught up (consume queues and index hold everything). A
+  batched run from Python makes one more pass before the timed one, in a store of its own: the same batches
+  as `rmq.Message` objects (the "Python `rmq.Message`s" row, against the same Java figure).
 - put SYNC_FLUSH: `--sync-messages` (default 16,000) single 1 KiB puts from 16 threads into a SYNC_FLUSH store:
   each put waits until its record is flushed (rmq's group-commit service; RocketMQ's GroupCommitService, every
   request waiting for its flush), so concurrent puts share flushes.
@@ -59,7 +62,9 @@ Workloads (`PUTS` and the jobs below, the one definition every side receives as 
 - machine limits (once per round, in the same run): memcpy bandwidth (a 256 MiB bytearray copy), CRC32 over
   256 MiB (`zlib.crc32` from Python; crc32fast, which rmq uses, from the Rust driver) and a sequential write of
   256 MiB in 1 MiB writes ended by `fdatasync`, best of 3 each; the 4 KiB puts' body bandwidth is reported
-  against memcpy (issue 19: at least half).
+  against memcpy (issue 19: at least half). And the median latency of a 1 KiB append made durable with
+  `fdatasync` (200 in a row): a SYNC_FLUSH put waits for such a flush and 16 producers share one at most, so
+  16 / that latency bounds the SYNC_FLUSH put of any store on this disk (the "SYNC_FLUSH bound" row).
 - baselines (benches/compare/baselines.py states each choice): `--baseline-messages` (default 200,000) 1 KiB
   messages put and then consumed, from Python, by rmq (`put`, and `put_batch(32)`, drained with `get_message`),
   SQLite in WAL mode (synchronous=NORMAL: rmq's ASYNC_FLUSH durability; and FULL), LMDB, persist-queue and
@@ -112,6 +117,8 @@ READ_SIZE = 128
 DISPATCH_SIZE = 128
 DISPATCH_KEYS = 3
 BASELINE_SIZE = 1024
+SYNC_THREADS = 16  # producers of the SYNC_FLUSH put
+SYNC_PROBES = 200  # 1 KiB appends made durable one by one, for the machine's SYNC_FLUSH bound
 RECORD_OVERHEAD = 230  # about what a record adds to its body here: sizes `count` from the volume
 
 
@@ -135,7 +142,15 @@ PUTS = (
     Put("put 4 KiB", "put4k", 4096),
     Put("put_batch(32) 1 KiB", "batch1k", 1024, batch=32, goal=3.0, rust_goal=5.0),
     Put("put 1 KiB, 4 threads", "put1k-4t", 1024, threads=4),
-    Put("put 1 KiB, SYNC_FLUSH, 16 threads", "sync16", 1024, threads=16, goal=3.0, rust_goal=3.0, flush="SYNC_FLUSH"),
+    Put(
+        "put 1 KiB, SYNC_FLUSH, 16 threads",
+        "sync16",
+        1024,
+        threads=SYNC_THREADS,
+        goal=3.0,
+        rust_goal=3.0,
+        flush="SYNC_FLUSH",
+    ),
 )
 READ = "read"
 DISPATCH = "dispatch, 3 keys"
@@ -209,10 +224,22 @@ def _put_range(store: Any, a: dict[str, str], start: int, stop: int, batch: int)
         else:
             for n in range(start, stop):
                 put(topic, body, queue_id=n % queues, tags=tag, keys=_keys(n, nkeys))
+    elif a.get("form", "lists") == "lists":
+        # Bodies with the tag and one keys entry per message: no object built per message.
+        put_batch, bodies = store.put_batch, [body] * batch
+        for n in range(start, stop, batch):
+            if nkeys == 1:
+                keys = [f"key-{k}" for k in range(n, n + batch)]
+            else:
+                keys = [_keys(k, nkeys) for k in range(n, n + batch)]
+            put_batch(topic, bodies, queue_id=(n // batch) % queues, tags=tag, keys=keys)
     else:
         put_batch, message = store.put_batch, rmq.Message
         for n in range(start, stop, batch):
-            msgs = [message(body, tags=tag, keys=_keys(k, nkeys)) for k in range(n, n + batch)]
+            if nkeys == 1:
+                msgs = [message(body, tags=tag, keys=f"key-{k}") for k in range(n, n + batch)]
+            else:
+                msgs = [message(body, tags=tag, keys=_keys(k, nkeys)) for k in range(n, n + batch)]
             put_batch(topic, msgs, queue_id=(n // batch) % queues)
 
 
@@ -260,8 +287,15 @@ def _put_pass(a: dict[str, str], root: str, count: int, last: bool) -> tuple[flo
 def rmq_put(a: dict[str, str]) -> dict[str, Any]:
     _put_pass(a, os.path.join(a["dir"], "warm"), int(a["warmup"]), False)
     count = int(a["count"])
+    out: dict[str, Any] = {"count": count}
+    if int(a["batch"]) > 1:
+        # The same batches as `rmq.Message` objects, in a store of their own, before the main pass.
+        m = {**a, "form": "messages"}
+        _put_pass(m, os.path.join(a["dir"], "warm-messages"), int(a["warmup"]), False)
+        put_s, _, cpu_s = _put_pass(m, os.path.join(a["dir"], "timed-messages"), count, False)
+        out |= {"messages_put_s": put_s, "messages_cpu_s": cpu_s}
     put_s, dispatched_s, cpu_s = _put_pass(a, os.path.join(a["dir"], "timed"), count, True)
-    return {"count": count, "put_s": put_s, "dispatched_s": dispatched_s, "cpu_s": cpu_s}
+    return out | {"put_s": put_s, "dispatched_s": dispatched_s, "cpu_s": cpu_s}
 
 
 def _dispatch_pass(a: dict[str, str], root: str, count: int, last: bool) -> tuple[float, float]:
@@ -362,9 +396,21 @@ def limits(a: dict[str, str]) -> dict[str, Any]:
         os.fdatasync(fd)
         write_s.append(time.perf_counter() - t0)
         os.close(fd)
+    # A SYNC_FLUSH put waits for its flush; with 16 producers at most 16 puts share one, so 16 / (the latency
+    # of a small append made durable) bounds what any store can do here (issue 19's SYNC_FLUSH goal).
+    fd = os.open(os.path.join(a["dir"], "sync"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    one_kib, sync_s = bytes(1024), []
+    for _ in range(SYNC_PROBES):
+        t0 = time.perf_counter()
+        os.write(fd, one_kib)
+        os.fdatasync(fd)
+        sync_s.append(time.perf_counter() - t0)
+    os.close(fd)
+    sync_us = statistics.median(sync_s) * 1e6
     return {
         "count": size, "memcpy_gbps": size / min(copy_s) / 1e9, "crc32_zlib_gbps": size / min(crc_s) / 1e9,
-        "write_fdatasync_gbps": size / min(write_s) / 1e9,
+        "write_fdatasync_gbps": size / min(write_s) / 1e9, "append_fdatasync_us": sync_us,
+        "sync16_bound_rate": SYNC_THREADS / sync_us * 1e6,
     }  # fmt: skip
 
 
@@ -470,6 +516,9 @@ def derive(job: str, r: dict[str, Any]) -> None:
         r["rate"] = n / r["put_s"]
         r["dispatched_rate"] = n / r["dispatched_s"]
         r["cpu_us"] = r["cpu_s"] / n * 1e6
+        if "messages_put_s" in r:
+            r["messages_rate"] = n / r["messages_put_s"]
+            r["messages_cpu_us"] = r["messages_cpu_s"] / n * 1e6
 
 
 @dataclass(frozen=True)
@@ -484,6 +533,7 @@ class Row:
     python_only: bool = False
     machine: bool = False  # a figure of the machine, not of either side
     cpu_key: str | None = None  # CPU µs per message, for the CPU column
+    java_cpu_key: str | None = None  # Java's, when not `cpu_key`
     floor: float | None = None  # a minimum for rmq's own figure too (dispatch: above 2 M msg/s)
 
 
@@ -492,6 +542,13 @@ def rows() -> list[Row]:
     for w in PUTS:
         out.append(Row(f"{w.name}, msg/s", w.name, "rate", w.goal, w.rust_goal))
         out.append(Row(f"{w.name}, until dispatched, msg/s", w.name, "dispatched_rate", cpu_key="cpu_us"))
+        if w.batch > 1:
+            out.append(
+                Row(
+                    f"{w.name}, Python `rmq.Message`s, msg/s", w.name, "messages_rate", java_key="rate",
+                    python_only=True, cpu_key="messages_cpu_us", java_cpu_key="cpu_us",
+                )
+            )  # fmt: skip
     out += [
         Row("dispatch, 3 keys a message, msg/s", DISPATCH, "rate", 3.0, 3.0, cpu_key="cpu_us", floor=DISPATCH_FLOOR),
         Row(
@@ -500,7 +557,7 @@ def rows() -> list[Row]:
         ),
         Row(
             "getMessage drain, Python raw views, msg/s", READ, "drain_raw_rate", java_key="drain_rate",
-            python_only=True, cpu_key="drain_raw_cpu_us",
+            python_only=True, cpu_key="drain_raw_cpu_us", java_cpu_key="drain_cpu_us",
         ),
         Row("query by key, median µs", READ, "query_median_us", 5.0, lower_is_better=True),
         Row("query by key, p99 µs", READ, "query_p99_us", lower_is_better=True),
@@ -509,6 +566,10 @@ def rows() -> list[Row]:
         Row("machine: CRC32 (zlib.crc32), GB/s", LIMITS, "crc32_zlib_gbps", machine=True),
         Row("machine: CRC32 (crc32fast, Rust), GB/s", LIMITS, "crc32fast_gbps", machine=True),
         Row("machine: sequential write + fdatasync, GB/s", LIMITS, "write_fdatasync_gbps", machine=True),
+        Row("machine: 1 KiB append + fdatasync, median µs", LIMITS, "append_fdatasync_us", machine=True),
+        Row(
+            "machine: SYNC_FLUSH bound, 16 producers (16 / that), msg/s", LIMITS, "sync16_bound_rate", machine=True,
+        ),
     ]  # fmt: skip
     return out
 
@@ -547,21 +608,24 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str,
             continue
         java = cell([r[row.java_key or row.key] for r in sides["java"]])
         if row.cpu_key:
-            java_cpu = row.cpu_key if not row.python_only else "drain_cpu_us"
+            java_cpu = row.java_cpu_key or row.cpu_key
             java["cpu_us"] = statistics.median(r[java_cpu] for r in sides["java"])
         entry["java"] = java
         for side, goal in (("rmq", row.goal), ("rust", None if row.python_only else row.rust_goal)):
-            if not sides.get(side) or (side == "rust" and row.python_only):
+            runs = [r for r in sides.get(side, []) if row.key in r]
+            if not runs or (side == "rust" and row.python_only):
                 continue
-            c: dict[str, Any] = cell([r[row.key] for r in sides[side]])
+            c: dict[str, Any] = cell([r[row.key] for r in runs])
             if row.cpu_key:
-                c["cpu_us"] = statistics.median(r[row.cpu_key] for r in sides[side])
+                c["cpu_us"] = statistics.median(r[row.cpu_key] for r in runs)
             ratio = java["median"] / c["median"] if row.lower_is_better else c["median"] / java["median"]
             met = None if goal is None else ratio >= goal and (row.floor is None or c["median"] > row.floor)
             c |= {"ratio": ratio, "goal": goal, "met": met}
             if row.floor is not None:
                 c["floor"] = row.floor
             entry[side] = c
+        if row.python_only and "rmq" not in entry:
+            continue
         out.append(entry)
     return out
 

@@ -297,6 +297,8 @@ class MessageStore:
         messages: Iterable[bytes | Message],
         *,
         queue_id: int = 0,
+        tags: str | Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
         sys_flag: int = 0,
         born_host: str = "127.0.0.1:0",
         born_timestamp: int | None = None,

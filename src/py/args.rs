@@ -156,11 +156,6 @@ pub(crate) fn opt_text(obj: &Bound<'_, PyAny>) -> PyResult<Option<PyBackedStr>> 
     text(obj).map(Some)
 }
 
-/// `None` or a `str` as an owned `String`.
-pub(crate) fn opt_string(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    Ok(opt_text(obj)?.map(|s| s.to_string()))
-}
-
 /// `None` or a list of `str`s.
 pub(crate) fn opt_strings(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
     if obj.is_none() {
@@ -210,12 +205,8 @@ where
     })
 }
 
-/// `keys` given as one string (several keys separated by spaces) or a sequence of strings; None for none.
-pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    Ok(keys_text(obj)?.map(|k| k.to_string()))
-}
-
-/// `keys` as [`keys`] takes it, borrowing a `str` (no copy; a put's hot path).
+/// `keys` given as one string (several keys separated by spaces) or a sequence of strings; None for none. A
+/// `str` is borrowed (no copy; a put's hot path).
 pub(crate) fn keys_text(obj: &Bound<'_, PyAny>) -> PyResult<Option<KeysText>> {
     if obj.is_none() {
         return Ok(None);
@@ -247,6 +238,56 @@ impl std::ops::Deref for KeysText {
             KeysText::Joined(s) => s,
         }
     }
+}
+
+/// `tags=` of `put_batch`: one tag for every message, or a sequence with one (or None) per message.
+pub(crate) enum BatchTags {
+    Every(PyBackedStr),
+    Each(Vec<Option<PyBackedStr>>),
+}
+
+impl BatchTags {
+    /// The tag of message `i` (`i` below the checked length).
+    pub(crate) fn of(&self, i: usize) -> Option<&str> {
+        match self {
+            BatchTags::Every(t) => Some(t),
+            BatchTags::Each(v) => v[i].as_deref(),
+        }
+    }
+}
+
+/// `tags=` of `put_batch` (see [`BatchTags`]); None for none.
+pub(crate) fn batch_tags(obj: &Bound<'_, PyAny>) -> PyResult<Option<BatchTags>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Ok(Some(BatchTags::Every(text(obj)?)));
+    }
+    let wrong = || argument_type_error_for("tags must be a str or a sequence of str or None, one per message", obj);
+    if obj.is_instance_of::<PyBytes>() {
+        return Err(wrong());
+    }
+    let iter = obj.try_iter().map_err(|_| wrong())?;
+    let each = iter.enumerate().map(|(i, t)| opt_text(&t?).map_err(|e| prefix(e, &format!("tags[{i}]"))));
+    Ok(Some(BatchTags::Each(each.collect::<PyResult<_>>()?)))
+}
+
+/// `keys=` of `put_batch`: a sequence with one entry per message, each as `put`'s `keys` (a `str`, a sequence
+/// of `str`, or None); None for none.
+pub(crate) fn batch_keys(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Option<KeysText>>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let wrong = || {
+        argument_type_error_for("keys must be a sequence with one entry (str, list of str or None) per message", obj)
+    };
+    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+        return Err(wrong());
+    }
+    let iter = obj.try_iter().map_err(|_| wrong())?;
+    let each = iter.enumerate().map(|(i, k)| keys_text(&k?).map_err(|e| prefix(e, &format!("keys[{i}]"))));
+    Ok(Some(each.collect::<PyResult<_>>()?))
 }
 
 /// A `Mapping[str, str]` (or None), in iteration order.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::args;
@@ -110,8 +110,9 @@ py_enum! {
 #[pyclass(frozen, module = "rmq._native")]
 pub struct Message {
     pub(crate) body: PyBackedBytes,
-    pub(crate) tags: Option<String>,
-    pub(crate) keys: Option<String>,
+    // The caller's `str`s, borrowed (no copy): a batch of messages is built in a hot loop.
+    pub(crate) tags: Option<PyBackedStr>,
+    pub(crate) keys: Option<args::KeysText>,
     pub(crate) properties: Vec<(String, String)>,
     pub(crate) flag: i32,
 }
@@ -122,8 +123,8 @@ impl Message {
     #[pyo3(signature = (body, *, tags=None, keys=None, properties=None, flag=0))]
     fn new(
         #[pyo3(from_py_with = args::body)] body: PyBackedBytes,
-        #[pyo3(from_py_with = args::opt_string)] tags: Option<String>,
-        #[pyo3(from_py_with = args::keys)] keys: Option<String>,
+        #[pyo3(from_py_with = args::opt_text)] tags: Option<PyBackedStr>,
+        #[pyo3(from_py_with = args::keys_text)] keys: Option<args::KeysText>,
         #[pyo3(from_py_with = args::properties)] properties: Option<Vec<(String, String)>>,
         #[pyo3(from_py_with = args::java_int)] flag: i32,
     ) -> PyResult<Self> {
@@ -158,8 +159,8 @@ impl Message {
         format!(
             "Message(body=<{} bytes>, tags={:?}, keys={:?}, flag={})",
             self.body.len(),
-            self.tags,
-            self.keys,
+            self.tags.as_deref(),
+            self.keys.as_deref(),
             self.flag
         )
     }

@@ -260,11 +260,14 @@ impl MessageStore {
         result.map(|inner| PutResult { inner }).map_err(to_py)
     }
 
-    /// Stores a batch atomically: `messages` are `bytes` (body only) or `Message` objects.
-    #[pyo3(signature = (topic, messages, *, queue_id=0, sys_flag=0, born_host=DEFAULT_BORN_HOST, born_timestamp=None,
-        reconsume_times=0, wait_store_msg_ok=true),
-        text_signature = "(self, /, topic, messages, *, queue_id=0, sys_flag=0, born_host='127.0.0.1:0', \
-                          born_timestamp=None, reconsume_times=0, wait_store_msg_ok=True)")]
+    /// Stores a batch atomically: `messages` are `bytes` (body only) or `Message` objects. With bodies, `tags`
+    /// (one `str` for every message, or one per message) and `keys` (one entry per message, each as `put`'s
+    /// `keys`) give what a `Message` would, without building one per message; a `Message` carries its own and
+    /// refuses them.
+    #[pyo3(signature = (topic, messages, *, queue_id=0, tags=None, keys=None, sys_flag=0, born_host=DEFAULT_BORN_HOST,
+        born_timestamp=None, reconsume_times=0, wait_store_msg_ok=true),
+        text_signature = "(self, /, topic, messages, *, queue_id=0, tags=None, keys=None, sys_flag=0, \
+                          born_host='127.0.0.1:0', born_timestamp=None, reconsume_times=0, wait_store_msg_ok=True)")]
     #[allow(clippy::too_many_arguments)]
     fn put_batch(
         &self,
@@ -272,6 +275,8 @@ impl MessageStore {
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         messages: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::batch_tags)] tags: Option<args::BatchTags>,
+        #[pyo3(from_py_with = args::batch_keys)] keys: Option<Vec<Option<args::KeysText>>>,
         #[pyo3(from_py_with = args::java_int)] sys_flag: i32,
         #[pyo3(from_py_with = host)] born_host: SocketAddr,
         #[pyo3(from_py_with = args::opt_java_long)] born_timestamp: Option<i64>,
@@ -287,16 +292,36 @@ impl MessageStore {
         let iter = messages.try_iter().map_err(|_| {
             args::argument_type_error_for("messages must be an iterable of bytes or rmq.Message", messages)
         })?;
+        let per_message = tags.is_some() || keys.is_some();
         for m in iter {
             let m = m?;
             if let Ok(b) = m.cast::<PyBytes>() {
                 items.push(Item::Body(PyBackedBytes::from(b.clone())));
             } else if let Ok(full) = m.cast::<Message>() {
+                if per_message {
+                    return Err(super::errors::invalid_argument(format!(
+                        "messages[{}] is an rmq.Message, which carries its own tags and keys: put_batch's tags= \
+                         and keys= go with bodies (bytes)",
+                        items.len()
+                    )));
+                }
                 items.push(Item::Full(full.clone().unbind()));
             } else if let Ok(b) = m.extract::<PyBackedBytes>() {
                 items.push(Item::Body(b));
             } else {
                 return Err(args::argument_type_error_for("put_batch takes bytes or rmq.Message items", &m));
+            }
+        }
+        let n = items.len();
+        let tags_len = match &tags {
+            Some(args::BatchTags::Each(v)) => Some(v.len()),
+            _ => None,
+        };
+        for (name, len) in [("tags", tags_len), ("keys", keys.as_ref().map(Vec::len))] {
+            if let Some(len) = len.filter(|&len| len != n) {
+                return Err(super::errors::invalid_argument(format!(
+                    "{name} has {len} entries for {n} messages (one per message)"
+                )));
             }
         }
         let inner = &self.inner;
@@ -311,8 +336,14 @@ impl MessageStore {
             let batch: Vec<BatchItem<'_>> = items
                 .iter()
                 .zip(&full_props)
-                .map(|(it, props)| match it {
-                    Item::Body(b) => BatchItem { body: b, ..BatchItem::default() },
+                .enumerate()
+                .map(|(i, (it, props))| match it {
+                    Item::Body(b) => BatchItem {
+                        body: b,
+                        tags: tags.as_ref().and_then(|t| t.of(i)),
+                        keys: keys.as_ref().and_then(|k| k[i].as_deref()),
+                        ..BatchItem::default()
+                    },
                     Item::Full(m) => {
                         let m = m.get();
                         BatchItem {
