@@ -19,7 +19,7 @@ under `--dir` (default: a temporary directory; the same disk for both), deleted 
   (properties string, tags code) and stored with `putMessage`; a batch is a `MessageExtBatch` of 32 messages
   encoded with `MessageDecoder.encodeMessages`, stored with `putMessages`. Building them is timed, as building
   the arguments of `put` / `put_batch` is timed on the Python side (a batch: the 32 bodies with `tags=` and
-  a list of 32 `keys=`; and, in a pass of its own, the python-only row, 32 `rmq.Message` objects).
+  a list of 32 `keys=`; and, as a side of its own, 32 `rmq.Message` objects).
 - rmq from Python: the public API (`rmq.MessageStore.put`, `put_batch`, `get_message`, `query_message`) in a
   child process of this script; from Rust: `compare_driver` (benches/compare/driver.rs, a Cargo example
   built here with `cargo build --release`), the same calls on `rmq::store::MessageStore`.
@@ -37,8 +37,9 @@ Workloads (`PUTS` and the jobs below, the one definition every side receives as 
   `putMessages`), from 1 or 4 threads. `count` fills about `--volume-mib` MiB of commitlog (default 1024; body
   plus ~230 bytes of header and properties per record). Measured: put_s, first put to last return (msg/s),
   and dispatched_s, first put until dispatch has caught up (consume queues and index hold everything). A
-  batched run from Python makes one more pass before the timed one, in a store of its own: the same batches
-  as `rmq.Message` objects (the "Python `rmq.Message`s" row, against the same Java figure).
+  batched put from Python runs twice, as two sides in the rotation, each a process of its own: bodies with
+  `tags=` and a `keys=` list (`rmq`), and the same batches as `rmq.Message` objects (`rmq-messages`, the
+  "Python `rmq.Message`s" row, against the same Java figure).
 - put SYNC_FLUSH: `--sync-messages` (default 16,000) single 1 KiB puts from 16 threads into a SYNC_FLUSH store:
   each put waits until its record is flushed (rmq's group-commit service; RocketMQ's GroupCommitService, every
   request waiting for its flush), so concurrent puts share flushes.
@@ -158,6 +159,7 @@ RECOVERY = "recovery after kill -9"
 BASELINES = "baselines"
 LIMITS = "machine limits"
 LIMITS_BYTES = 256 * MIB
+MESSAGES = "rmq-messages"  # the Python side putting batches of `rmq.Message`s
 #: `--jobs` names the jobs by these ids.
 JOB_IDS = {w.name: w.id for w in PUTS} | {
     DISPATCH: "dispatch", READ: "read", RECOVERY: "recovery", BASELINES: "baselines", LIMITS: "limits",
@@ -287,15 +289,8 @@ def _put_pass(a: dict[str, str], root: str, count: int, last: bool) -> tuple[flo
 def rmq_put(a: dict[str, str]) -> dict[str, Any]:
     _put_pass(a, os.path.join(a["dir"], "warm"), int(a["warmup"]), False)
     count = int(a["count"])
-    out: dict[str, Any] = {"count": count}
-    if int(a["batch"]) > 1:
-        # The same batches as `rmq.Message` objects, in a store of their own, before the main pass.
-        m = {**a, "form": "messages"}
-        _put_pass(m, os.path.join(a["dir"], "warm-messages"), int(a["warmup"]), False)
-        put_s, _, cpu_s = _put_pass(m, os.path.join(a["dir"], "timed-messages"), count, False)
-        out |= {"messages_put_s": put_s, "messages_cpu_s": cpu_s}
     put_s, dispatched_s, cpu_s = _put_pass(a, os.path.join(a["dir"], "timed"), count, True)
-    return out | {"put_s": put_s, "dispatched_s": dispatched_s, "cpu_s": cpu_s}
+    return {"count": count, "put_s": put_s, "dispatched_s": dispatched_s, "cpu_s": cpu_s}
 
 
 def _dispatch_pass(a: dict[str, str], root: str, count: int, last: bool) -> tuple[float, float]:
@@ -454,6 +449,8 @@ def command_line(side: str, command: str, args: dict[str, str], classpaths: dict
         return [str(RUST_DRIVER), command, *argv]
     if command == "baseline":
         argv.append(f"kind={side}")
+    if side == MESSAGES:
+        argv.append("form=messages")
     return [sys.executable, __file__, "driver", command, *argv]
 
 
@@ -516,9 +513,6 @@ def derive(job: str, r: dict[str, Any]) -> None:
         r["rate"] = n / r["put_s"]
         r["dispatched_rate"] = n / r["dispatched_s"]
         r["cpu_us"] = r["cpu_s"] / n * 1e6
-        if "messages_put_s" in r:
-            r["messages_rate"] = n / r["messages_put_s"]
-            r["messages_cpu_us"] = r["messages_cpu_s"] / n * 1e6
 
 
 @dataclass(frozen=True)
@@ -534,6 +528,7 @@ class Row:
     machine: bool = False  # a figure of the machine, not of either side
     cpu_key: str | None = None  # CPU µs per message, for the CPU column
     java_cpu_key: str | None = None  # Java's, when not `cpu_key`
+    side: str = "rmq"  # the runs giving the Python figure
     floor: float | None = None  # a minimum for rmq's own figure too (dispatch: above 2 M msg/s)
 
 
@@ -545,8 +540,8 @@ def rows() -> list[Row]:
         if w.batch > 1:
             out.append(
                 Row(
-                    f"{w.name}, Python `rmq.Message`s, msg/s", w.name, "messages_rate", java_key="rate",
-                    python_only=True, cpu_key="messages_cpu_us", java_cpu_key="cpu_us",
+                    f"{w.name}, Python `rmq.Message`s, msg/s", w.name, "rate", python_only=True, cpu_key="cpu_us",
+                    side=MESSAGES,
                 )
             )  # fmt: skip
     out += [
@@ -612,7 +607,7 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str,
             java["cpu_us"] = statistics.median(r[java_cpu] for r in sides["java"])
         entry["java"] = java
         for side, goal in (("rmq", row.goal), ("rust", None if row.python_only else row.rust_goal)):
-            runs = [r for r in sides.get(side, []) if row.key in r]
+            runs = [r for r in sides.get(row.side if side == "rmq" else side, []) if row.key in r]
             if not runs or (side == "rust" and row.python_only):
                 continue
             c: dict[str, Any] = cell([r[row.key] for r in runs])
@@ -791,7 +786,9 @@ def main() -> None:
     both = ("java", "rmq", "rust")
     from baselines import KINDS
 
-    jobs = [("put", w.name, put_args(w, volume, sync_n), both) for w in PUTS]
+    # A batched put from Python twice: bodies with tags=/keys= lists (`rmq`), and `rmq.Message`s (`rmq-messages`),
+    # each in a process of its own in the rotation (a second 1 GiB pass in one process runs slower on a VM).
+    jobs = [("put", w.name, put_args(w, volume, sync_n), both + ((MESSAGES,) if w.batch > 1 else ())) for w in PUTS]
     jobs.append(("dispatch", DISPATCH, dispatch_args(dispatch_n), both))
     jobs.append(("read", READ, common_args(READ_SIZE) | {"count": str(read_n), "queries": str(queries)}, both))
     jobs.append(("recover", RECOVERY, {"size": str(recovery_bytes)}, both))
