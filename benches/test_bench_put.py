@@ -77,6 +77,32 @@ def test_put_batch_256x128b(benchmark: Any, rotating: Rotating) -> None:
     assert rotating.store.next_queue_offset(TOPIC, 0) % len(BATCH) == 0
 
 
+@pytest.mark.parametrize("form", ["lists", "messages"])
+def test_put_batch_32x1kib_tag_and_key(benchmark: Any, rotating: Rotating, form: str) -> None:
+    """`put_batch` of 32 bodies of 1 KiB, each with a tag and its own key, 100 batches per round: as bodies with
+    `tags=`/`keys=` lists, or as 32 `rmq.Message`s (building the arguments is timed either way)."""
+    body, bodies = b"x" * 1024, [b"x" * 1024] * 32
+    message = rmq.Message
+
+    def run() -> None:
+        put_batch = rotating.store.put_batch
+        for n in range(0, 3200, 32):
+            if form == "lists":
+                put_batch(
+                    TOPIC, bodies, queue_id=(n // 32) % 4, tags="TagA", keys=[f"key-{k}" for k in range(n, n + 32)]
+                )
+            else:
+                put_batch(
+                    TOPIC,
+                    [message(body, tags="TagA", keys=f"key-{k}") for k in range(n, n + 32)],
+                    queue_id=(n // 32) % 4,
+                )
+
+    benchmark.extra_info["messages_per_round"] = 3200
+    benchmark.pedantic(run, setup=rotating.rotate_if_big, rounds=60, warmup_rounds=3)
+    assert sum(rotating.store.next_queue_offset(TOPIC, q) for q in range(4)) % 3200 == 0
+
+
 @pytest.fixture
 def store_10k(rotating: Rotating) -> tuple[rmq.MessageStore, list[int]]:
     store = rotating.store
