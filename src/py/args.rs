@@ -264,13 +264,8 @@ pub(crate) fn batch_tags(obj: &Bound<'_, PyAny>) -> PyResult<Option<BatchTags>> 
     if obj.is_instance_of::<PyString>() {
         return Ok(Some(BatchTags::Every(text(obj)?)));
     }
-    let wrong = || argument_type_error_for("tags must be a str or a sequence of str or None, one per message", obj);
-    if obj.is_instance_of::<PyBytes>() {
-        return Err(wrong());
-    }
-    let iter = obj.try_iter().map_err(|_| wrong())?;
-    let each = iter.enumerate().map(|(i, t)| opt_text(&t?).map_err(|e| prefix(e, &format!("tags[{i}]"))));
-    Ok(Some(BatchTags::Each(each.collect::<PyResult<_>>()?)))
+    let expected = "tags must be a str or a sequence of str or None, one per message";
+    Ok(Some(BatchTags::Each(per_message(obj, "tags", expected, opt_text)?)))
 }
 
 /// `keys=` of `put_batch`: a sequence with one entry per message, each as `put`'s `keys` (a `str`, a sequence
@@ -279,15 +274,23 @@ pub(crate) fn batch_keys(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Option<K
     if obj.is_none() {
         return Ok(None);
     }
-    let wrong = || {
-        argument_type_error_for("keys must be a sequence with one entry (str, list of str or None) per message", obj)
-    };
+    let expected = "keys must be a sequence with one entry (str, list of str or None) per message";
+    per_message(obj, "keys", expected, keys_text).map(Some)
+}
+
+/// The items of `put_batch`'s per-message argument `name` (a sequence, not a `str` or `bytes`), each converted
+/// by `item`; an item's error names its index (`name[i]: ...`).
+fn per_message<T>(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    expected: &str,
+    item: impl Fn(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
     if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
-        return Err(wrong());
+        return Err(argument_type_error_for(expected, obj));
     }
-    let iter = obj.try_iter().map_err(|_| wrong())?;
-    let each = iter.enumerate().map(|(i, k)| keys_text(&k?).map_err(|e| prefix(e, &format!("keys[{i}]"))));
-    Ok(Some(each.collect::<PyResult<_>>()?))
+    let iter = obj.try_iter().map_err(|_| argument_type_error_for(expected, obj))?;
+    iter.enumerate().map(|(i, x)| item(&x?).map_err(|e| prefix(e, &format!("{name}[{i}]")))).collect()
 }
 
 /// A `Mapping[str, str]` (or None), in iteration order.
