@@ -38,10 +38,10 @@ class Member:
         self.killed_at: int | None = None
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
         args = [str(root / "store"), str(self.log), str(root / "stop"), name, *(["orderly"] if orderly else [])]
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), *args],
-            env=env,
-        )
+        # Its stderr (rmq's warnings: pulls that failed, damage reported) goes to a file an assertion quotes.
+        self.err = root / f"{name}.err"
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, str(CHILD), *args], env=env, stderr=err)
 
     def kill(self) -> None:
         # The time the signal is sent: the member does nothing after it. Taken after `wait()` it would include the
@@ -75,12 +75,39 @@ def consumed(members: list[Member]) -> dict[int, set[int]]:
     return out
 
 
+def history(members: list[Member], q: int) -> str:
+    """What every member logged about queue `q` (its grants and releases, and the offsets it consumed as runs), for
+    an assertion's message: which member skipped what, and when."""
+    out = []
+    for m in members:
+        runs: list[list[int]] = []
+        events = []
+        for f in m.lines():
+            if f[0] in ("A", "R") and f[3] == "T" and int(f[4]) == q:
+                events.append(f"{f[0]} seq {f[1]} at {f[2]}")
+            elif f[0] == "C" and f[2] == "T" and int(f[3]) == q:
+                o = int(f[4])
+                if runs and runs[-1][1] + 1 == o:
+                    runs[-1][1] = o
+                else:
+                    runs.append([o, o])
+                    events.append(f"C from {o} at {f[1]}")
+        consumed_runs = ", ".join(f"{a}..{b}" for a, b in runs)
+        out.append(f"  {m.name} (killed at {m.killed_at}): {'; '.join(events)} | consumed {consumed_runs}")
+        err = m.err.read_text(errors="replace").strip() if m.err.exists() else ""
+        if err:
+            out.append("    stderr: " + err[-2000:].replace("\n", "\n    "))
+    return "\n".join(out)
+
+
 def check_offsets(root: Path, members: list[Member], before: dict[int, int]) -> dict[int, int]:
     now = committed(root)
     seen = consumed(members)  # read after the offsets: everything committed was logged before
     for q, c in now.items():
         first_gap = next((o for o in range(c) if o not in seen[q]), c)
-        assert c <= first_gap, f"queue {q}: committed {c} passes unconsumed offset {first_gap}"
+        assert c <= first_gap, (
+            f"queue {q}: committed {c} passes unconsumed offset {first_gap}; before: {before}\n{history(members, q)}"
+        )
         assert c >= before.get(q, 0), f"queue {q}: committed offset moved back from {before[q]} to {c}"
     return now
 
