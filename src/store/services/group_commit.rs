@@ -78,13 +78,21 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
             let Some(s) = weak.upgrade() else { return };
             match s.group_commit_round() {
                 Ok(_) => svc.count_round(),
-                Err(e) => svc.record_error(&e),
+                Err(e) => {
+                    // Counted before the store is poisoned and the waiting puts wake: whoever they answer, or
+                    // finds the store poisoned, sees the error in the stats.
+                    svc.record_error(&e);
+                    s.poison(&e);
+                    s.group_commit.notify();
+                }
             }
         }
         // Stopped: one last round for the puts still waiting, then they flush inline themselves.
         if let Some(s) = weak.upgrade() {
             s.group_commit.running.store(false, Ordering::Release);
-            let _ = s.group_commit_round();
+            if let Err(e) = s.group_commit_round() {
+                s.poison(&e); // the notify below wakes the waiting puts, which then answer FLUSH_DISK_TIMEOUT
+            }
             *s.group_commit.service.lock().unwrap_or_else(|p| p.into_inner()) = None;
             s.group_commit.notify();
         }
@@ -98,7 +106,9 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
 
 impl MessageStore {
     /// One round of the service: flushes everything written so far (if anything is unflushed), advances
-    /// `flushed_offset`, and completes the waiting puts. Returns the bytes flushed.
+    /// `flushed_offset`, and completes the waiting puts. Returns the bytes flushed. A failed flush returns the
+    /// error and changes nothing: the caller records it, poisons the store, then wakes the waiting puts (which
+    /// answer FLUSH_DISK_TIMEOUT, the store being poisoned).
     pub(crate) fn group_commit_round(&self) -> Result<u64> {
         let gc = &self.group_commit;
         // The timestamp first: every put that set it was appended before, so lies below the end read next.
@@ -113,11 +123,7 @@ impl MessageStore {
             gc.notify();
             return Ok(0);
         }
-        if let Err(e) = self.commitlog.flush_range(from, target) {
-            self.poison(&e);
-            gc.notify();
-            return Err(e);
-        }
+        self.commitlog.flush_range(from, target)?;
         gc.groups.fetch_add(1, Ordering::Relaxed);
         self.flushed_offset.fetch_max(target, Ordering::AcqRel);
         if timestamp > 0 {
