@@ -108,7 +108,9 @@ def check_offsets(root: Path, members: list[Member], before: dict[int, int]) -> 
         assert c <= first_gap, (
             f"queue {q}: committed {c} passes unconsumed offset {first_gap}; before: {before}\n{history(members, q)}"
         )
-        assert c >= before.get(q, 0), f"queue {q}: committed offset moved back from {before[q]} to {c}"
+        assert c >= before.get(q, 0), (
+            f"queue {q}: committed offset moved back from {before[q]} to {c}\n{history(members, q)}"
+        )
     return now
 
 
