@@ -15,6 +15,7 @@ appears, then writes `X` and exits.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -32,6 +33,8 @@ rmq.group.LEASE = 5.0
 
 def main() -> None:
     store_dir, log_path, stop, member = sys.argv[1:5]
+    # rmq's warnings (offsets moved without delivery, failed pulls) to stderr, which the test keeps in a file.
+    logging.basicConfig(level=logging.WARNING, format="%(created).6f %(threadName)s %(name)s: %(message)s")
     orderly = sys.argv[5:] == ["orderly"]
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 

@@ -332,3 +332,28 @@ def test_sigkill_mid_batch_loses_nothing_and_duplicates_at_most_the_batch(tmp_pa
     duplicates = sum(n - 1 for n in seen.values())
     # The interrupted batch had 3 messages consumed and is delivered again; nothing else is.
     assert 3 <= duplicates <= 8, f"{duplicates} duplicates: expected only the interrupted batch"
+
+
+def test_a_pull_that_moves_the_offset_without_delivering_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A committed offset past the queue's end is corrected back (OFFSET_OVERFLOW_BADLY): the consumer takes the
+    correction, consumes what is there, and says what moved its offset (how messages would go unconsumed, or
+    come again, shows in the log)."""
+    with rmq.MessageStore(tmp_path / "s", CFG) as store:
+        bodies = put_all(store, 4, queues=1)
+        offsets = ConsumerOffsetManager(tmp_path / "o.json")
+        offsets.commit_offset("G", "Orders", 0, 100)
+        rec = Recorder()
+        with caplog.at_level("WARNING", logger="rmq.push"):
+            with PushConsumer(store, "G", "Orders", rec, offsets=offsets, consume_from_where=FIRST):
+
+                def moved() -> list[str]:
+                    return [r.getMessage() for r in caplog.records if "the pull at offset 100" in r.getMessage()]
+
+                wait_until(lambda: bool(moved()))
+                store.put("Orders", b"after", queue_id=0)  # after the correction: offset 4, where it now pulls
+                wait_until(lambda: b"after" in rec.bodies())
+        assert len(bodies) == 4 and rec.bodies() == collections.Counter([b"after"])  # corrected to the end
+        line = moved()[0]
+        assert "OFFSET_OVERFLOW_BADLY" in line and "max 4" in line and "the next offset is 4" in line, line

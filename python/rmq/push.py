@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from rmq import _args, _native
-from rmq._native import ArgumentTypeError, BoundaryType, MessageExt
+from rmq._native import ArgumentTypeError, BoundaryType, GetMessageResult, GetMessageStatus, MessageExt
 from rmq.consumer import MAX_TOPIC_QUEUE_NUMS, ArrivalWaiter, PullStatus, pull_status, topic_queues
 from rmq.group import ConsumerGroup
 from rmq.local_offsets import LocalFileOffsetStore
@@ -576,6 +576,16 @@ class PushConsumer:
         if status is PullStatus.FOUND:
             msgs = r.messages
             qoffs = r.queue_offsets
+            if any(m.queue_offset != q for m, q in zip(msgs, qoffs, strict=True)):
+                # Each entry names a record of another queue offset: the queue's entries are not where the
+                # records say they belong (a gap after damage, or a wrong view of the queue).
+                log.warning(
+                    "%s: the pull at offset %d found queue offsets %s holding records of queue offsets %s",
+                    mq,
+                    offset,
+                    qoffs[:8],
+                    [m.queue_offset for m in msgs[:8]],
+                )
             if self._orderly is not None:
                 self._orderly.submit(pq, msgs, r.next_begin_offset)
                 return True
@@ -587,10 +597,13 @@ class PushConsumer:
             return True
         if status is PullStatus.NO_NEW_MSG:
             if r.next_begin_offset != offset and r.next_begin_offset > offset:
+                self._log_move(mq, offset, r)
                 pq.add((), r.next_begin_offset)  # OFFSET_FOUND_NULL: skip to the next file
                 return True
             return False
         # NO_MATCHED_MSG (filtered entries are consumed) or OFFSET_ILLEGAL (corrected): move and commit.
+        if status is PullStatus.OFFSET_ILLEGAL or r.damaged or r.status != GetMessageStatus.NO_MATCHED_MESSAGE:
+            self._log_move(mq, offset, r)
         with pq.lock:
             if pq.dropped:
                 return False
@@ -598,6 +611,21 @@ class PushConsumer:
             commit = pq.commit_offset()
             self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, commit)
         return status is PullStatus.NO_MATCHED_MSG
+
+    def _log_move(self, mq: MessageQueue, offset: int, r: GetMessageResult) -> None:
+        """A pull that moves the queue's offset without delivering what lies between (a correction, a skip
+        over removed or damaged entries, a roll to the next file) is worth a line: it is how messages go
+        unconsumed."""
+        log.warning(
+            "%s: the pull at offset %d answered %s (queue min %d, max %d, %d damaged); the next offset is %d",
+            mq,
+            offset,
+            r.status.name if hasattr(r.status, "name") else r.status,
+            r.min_offset,
+            r.max_offset,
+            len(r.damaged),
+            r.next_begin_offset,
+        )
 
     # -- consuming ---------------------------------------------------------------------------------------
 
