@@ -73,7 +73,7 @@ fn offset_statuses_and_next_begin_offsets() {
     assert_eq!(summary(&get(&store, -1, 32)), (S::OffsetTooSmall, 0, 0));
     // An existing queue with no entries: a queue whose every entry was cleaned up (min = max = 0 is
     // impossible after cleanup, so create the directory without entries).
-    let empty = store.consume_queues().find_or_create("TopicA", 7).unwrap();
+    let empty = store.consume_queues().find_or_create("TopicA", 7, 0).unwrap();
     assert_eq!(empty.max_offset(), 0);
     let r = store.get_message("G", "TopicA", 7, 3, 32, MAX_PULL_SIZE, &Subscription::all()).unwrap();
     assert_eq!((r.status, r.next_begin_offset), (S::NoMessageInQueue, 0));

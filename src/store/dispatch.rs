@@ -84,8 +84,12 @@ impl ConsumeQueueStore {
         self.read().get(topic).and_then(|q| q.get(&queue_id)).cloned()
     }
 
-    /// The queue, created (directory only; files come with the first entry) if it does not exist.
-    pub fn find_or_create(&self, topic: &str, queue_id: i32) -> Result<Arc<ConsumeQueue>> {
+    /// The queue, created (directory only; files come with the first entry) if it does not exist. `dispatching`
+    /// is the commitlog offset of the record about to be dispatched into it: when the directory already holds
+    /// files (in an overlay beside a live writer, a queue the writer created after the open), they are
+    /// recovered as an open recovers them and cut where they point at or past that record, so the queue ends
+    /// at its last entry written before it (the dispatch goes on from there), never at the end of its file.
+    pub fn find_or_create(&self, topic: &str, queue_id: i32, dispatching: i64) -> Result<Arc<ConsumeQueue>> {
         if let Some(cq) = self.find(topic, queue_id) {
             return Ok(cq);
         }
@@ -102,6 +106,10 @@ impl ConsumeQueueStore {
         }
         let dir = self.dir.join(topic).join(queue_id.to_string());
         let cq = Arc::new(ConsumeQueue::open_in(self.storage, &dir, topic, queue_id, self.file_size)?);
+        if !cq.files().is_empty() {
+            cq.recover()?; // a hole cuts the queue there: the dispatch from `dispatching` on cannot refill it
+            cq.truncate_dirty(dispatching)?;
+        }
         queues.insert(queue_id, cq.clone());
         Ok(cq)
     }
@@ -340,7 +348,7 @@ impl Dispatcher<'_> {
         if matches!(transaction, TransactionType::NotType | TransactionType::Commit) {
             let cq = match cache {
                 Some((t, q, cq)) if t.as_slice() == topic_bytes && *q == h.queue_id => Some(cq.clone()),
-                _ => match self.queues.find_or_create(&topic, h.queue_id) {
+                _ => match self.queues.find_or_create(&topic, h.queue_id, h.physical_offset) {
                     Ok(cq) => {
                         match cache {
                             // Reuses the cached topic's buffer: no allocation per record when queues alternate.
