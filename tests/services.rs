@@ -126,6 +126,9 @@ fn a_wake_up_advances_the_sequence_for_every_waiter() {
 #[test]
 fn close_and_drop_stop_every_service_thread() {
     let _g = serial();
+    // The stores of the tests before are closed or dropped, but a dropped store's services end on their own
+    // threads' time: wait for them, or a thread still ending would count as one this test's close left.
+    eventually("earlier tests' services end", || service_threads().is_empty());
     let before = service_threads();
     let dir = tempfile::tempdir().unwrap();
     let store = started(&dir.path().join("a"));
