@@ -602,7 +602,7 @@ class PushConsumer:
                 return True
             return False
         # NO_MATCHED_MSG (filtered entries are consumed) or OFFSET_ILLEGAL (corrected): move and commit.
-        if status is PullStatus.OFFSET_ILLEGAL or r.damaged or r.status != GetMessageStatus.NO_MATCHED_MESSAGE:
+        if r.damaged or r.status != GetMessageStatus.NO_MATCHED_MESSAGE:  # not a tag filter's plain skip
             self._log_move(mq, offset, r)
         with pq.lock:
             if pq.dropped:
@@ -620,7 +620,7 @@ class PushConsumer:
             "%s: the pull at offset %d answered %s (queue min %d, max %d, %d damaged); the next offset is %d",
             mq,
             offset,
-            r.status.name if hasattr(r.status, "name") else r.status,
+            r.status,
             r.min_offset,
             r.max_offset,
             len(r.damaged),
