@@ -346,3 +346,144 @@ fn time_queries_through_the_store() {
     assert_eq!(store.min_offset_in_queue("T", 7), 0);
     assert_eq!(store.max_offset_in_queue("T", 7, true), 0);
 }
+
+/// Appends a record with `sys_flag` (a transaction type) and raw `properties`, at `queue_offset`.
+fn append_raw(store: &MessageStore, topic: &str, sys_flag: i32, queue_offset: i64, properties: &[u8]) {
+    let input = EncodeInput {
+        topic,
+        queue_id: 0,
+        flag: 0,
+        body: b"raw",
+        properties,
+        sys_flag,
+        born_timestamp: 1,
+        born_host: "127.0.0.1:1".parse().unwrap(),
+        store_host: "127.0.0.1:10911".parse().unwrap(),
+        store_timestamp: 0,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+        queue_offset: 0,
+        physical_offset: 0,
+    };
+    let opts = EncodeOptions { max_message_size: 1 << 20, auto_version: true, prop_crc: false, fix_separator: true };
+    let mut buf = Vec::new();
+    let rec = encode_record(&input, &opts, &mut buf).unwrap();
+    store.commitlog().append(&mut buf, &[rec], |_| queue_offset).unwrap();
+}
+
+/// 1,600 puts over two topics and three queues, with every 40th record one a put would not make: malformed
+/// UTF-8 in KEYS, empty and repeated tokens, a UNIQ_KEY alone, no keys, PREPARED and ROLLBACK records with
+/// keys (neither takes a queue offset; ROLLBACK is not indexed), COMMIT.
+fn fill_varied(store: &MessageStore) {
+    let mut raw_offset = 0;
+    for i in 0..1_600 {
+        if i % 40 == 7 {
+            let (sys_flag, props): (i32, &[u8]) = match (i / 40) % 6 {
+                0 => (0, b"KEYS\x01bad\xff\xfe  key-2 key-2 \xe2\x82\x02UNIQ_KEY\x01U-raw\x02"),
+                1 => (0, b"UNIQ_KEY\x01only-uniq\x02"),
+                2 => (0, b"TAGS\x01no-keys\x02"),
+                3 => (0x4, b"KEYS\x01prepared-key\x02UNIQ_KEY\x01U-prep\x02"),
+                4 => (0xC, b"KEYS\x01rollback-key\x02UNIQ_KEY\x01U-rb\x02"),
+                _ => (0x8, b"KEYS\x01commit-key\x02"),
+            };
+            let takes_offset = sys_flag == 0 || sys_flag == 0x8;
+            append_raw(store, "Raw", sys_flag, if takes_offset { raw_offset } else { 0 }, props);
+            raw_offset += i64::from(takes_offset);
+            continue;
+        }
+        let topic = ["TopicA", "TopicB"][i % 2];
+        let keys = format!("k{i} order{} ", i / 2);
+        let body = vec![b'x'; 20 + i % 50];
+        let mut m = PutMessage::new(topic, (i % 3) as i32, &body);
+        m.tags = Some("T");
+        m.keys = Some(&keys);
+        store.put(&m).unwrap();
+    }
+}
+
+/// The derived files' bytes: consume queues by path, index files in name order (their names come from the clock).
+fn derived_bytes(root: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, Vec<Vec<u8>>) {
+    let mut queues = derived_snapshot(root);
+    let index = queues.iter().filter(|(p, _)| p.starts_with(root.join("index"))).map(|(_, b)| b.clone()).collect();
+    queues.retain(|p, _| p.starts_with(root.join("consumequeue")));
+    let queues = queues.into_iter().map(|(p, b)| (p.strip_prefix(root).unwrap().to_owned(), b)).collect();
+    (queues, index)
+}
+
+/// Dispatches `log` with the dispatcher alone into fresh consume queues and index under `root`, in rounds of
+/// `max_records`; whether some round built the index on a second thread.
+fn dispatch_into(log: &rmq::commitlog::CommitLog, root: &Path, max_records: u64) -> bool {
+    let cfg = config();
+    let (queues, _) = rmq::store::dispatch::ConsumeQueueStore::load(&root.join("consumequeue"), 100).unwrap();
+    let index = rmq::index::IndexService::load(&root.join("index"), cfg.index).unwrap();
+    let levels = parse_delay_levels(DEFAULT_DELAY_LEVELS);
+    let d = Dispatcher { queues: &queues, index: Some(&index), delay_levels: &levels };
+    let (mut from, end, mut parallel) = (0, log.max_offset(), false);
+    while from < end {
+        let round = d.run(log, from, end, max_records, false).unwrap();
+        assert!(round.issues.is_empty(), "{:?}", round.issues);
+        parallel |= round.parallel_index;
+        from = round.reput_offset;
+    }
+    parallel
+}
+
+#[test]
+fn a_large_round_builds_the_index_on_a_second_thread_into_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(&tmp.path().join("log"));
+    fill_varied(&store);
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    assert!(
+        dispatch_into(store.commitlog(), &a, u64::MAX),
+        "a round of the whole log builds the index on a second thread"
+    );
+    assert!(!dispatch_into(store.commitlog(), &b, 100), "rounds of 100 records build it inline");
+    let (qa, ia) = derived_bytes(&a);
+    let (qb, ib) = derived_bytes(&b);
+    assert!(qa.len() > 100 && ia.len() > 100, "many consume-queue and index files (rolls inside the rounds)");
+    assert_eq!(qa, qb, "the consume queues are the same bytes");
+    assert_eq!(ia.len(), ib.len());
+    for (n, (x, y)) in ia.iter().zip(&ib).enumerate() {
+        assert!(x == y, "index file {n} differs");
+    }
+    // The store's own dispatch (one round here) answers the queries the keys ask for (each raw kind comes 6-7
+    // times: `fill_varied`).
+    assert!(store.dispatch(u64::MAX, false).unwrap().parallel_index);
+    for (topic, key, n) in [
+        ("Raw", "key-2", 7),
+        ("Raw", "only-uniq", 7),
+        ("Raw", "prepared-key", 7),
+        ("Raw", "rollback-key", 0),
+        ("TopicB", "k1599", 1),
+    ] {
+        assert_eq!(store.query_message(topic, key, 64, 0, i64::MAX).unwrap().records.len(), n, "{key}");
+    }
+}
+
+#[test]
+fn a_failure_of_the_index_builder_fails_the_round_and_a_retry_completes_it() {
+    use rmq::fault::{self, Fault, FaultPoint};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("a");
+    let store = open(&root);
+    fill_varied(&store);
+    dispatch_into(store.commitlog(), &tmp.path().join("b"), 100);
+    // The index files are 64 slots and 16 entries: a new one is needed every few messages, and cannot be had.
+    let index_dir = root.join("index");
+    fault::inject(Fault::new(FaultPoint::Allocate, libc::ENOSPC).times(None).under(&index_dir));
+    let failed = store.dispatch(u64::MAX, false);
+    fault::disarm_under(&index_dir);
+    let err = failed.expect_err("the round fails with its index builder's error");
+    assert!(matches!(err, rmq::Error::DiskFull { .. }), "{err:?}");
+    assert_eq!(store.reput_offset(), 0, "a failed round advances nothing");
+    let round = store.dispatch(u64::MAX, false).unwrap();
+    assert!(round.parallel_index);
+    assert_eq!(store.dispatch_behind_bytes(), 0);
+    assert_eq!(store.dispatch_issues().0, 0);
+    store.close().unwrap();
+    let (qa, ia) = derived_bytes(&root);
+    let (qb, ib) = derived_bytes(&tmp.path().join("b"));
+    assert_eq!(qa, qb);
+    assert!(ia == ib, "the index is what an undisturbed dispatch writes");
+}

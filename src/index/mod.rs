@@ -24,7 +24,7 @@ mod file;
 mod service;
 
 pub use file::{Candidate, IndexDamage, IndexFile, IndexHeader, IndexWriter};
-pub use service::{IndexService, QueryOffsetResult};
+pub use service::{IndexService, MessageKeys, QueryOffsetResult};
 
 use crate::error::{Error, Result};
 use crate::message::TransactionType;

@@ -6,6 +6,7 @@
 //! dispatched message costs one mutex and one file write lock however many keys it has. Queries take the
 //! file list's read lock and each file's read lock; a rollover takes the list's write lock only to append.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
@@ -27,6 +28,22 @@ pub struct QueryOffsetResult {
     pub index_last_update_timestamp: i64,
     /// endPhyOffset of the newest index file.
     pub index_last_update_phy_offset: i64,
+}
+
+/// One message's index keys for [`IndexService::build_many`]: the message is not a ROLLBACK, and its topic
+/// is given by its `String.hashCode()`.
+#[derive(Debug, Clone)]
+pub struct MessageKeys<'a> {
+    /// `hash_continue(0, topic)`.
+    pub topic_hash: i32,
+    /// Commitlog offset of the record.
+    pub commitlog_offset: i64,
+    /// Store timestamp of the record (ms).
+    pub store_timestamp: i64,
+    /// The UNIQ_KEY property, if present.
+    pub uniq_key: Option<Cow<'a, str>>,
+    /// The KEYS property, if present: tokens separated by single spaces, empty tokens skipped.
+    pub keys: Option<Cow<'a, str>>,
 }
 
 /// The index files of one store and the rules for writing and querying them.
@@ -190,58 +207,96 @@ impl IndexService {
         if req.transaction == TransactionType::Rollback {
             return Ok(());
         }
-        let tokens = req.keys.into_iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
-        let mut keys = req.uniq_key.into_iter().chain(tokens).peekable();
-        if keys.peek().is_none() {
+        if req.uniq_key.is_none() && req.keys.is_none() {
             return Ok(());
         }
         let topic_hash = hash_continue(0, req.topic);
-        let mut current = self.lock_writer();
-        // A full last file is kept for the checks below (a re-dispatched message must not open a file);
-        // the first put into it fails and rolls.
-        let mut file = match &*current {
-            Some(f) => Arc::clone(f),
-            None => self.roll(&mut current)?,
-        };
-        let (offset, ts) = (req.commitlog_offset, req.store_timestamp);
-        let end = file.end_phy_offset();
-        if offset < end {
-            return Ok(());
-        }
-        // At endPhyOffset the message may be partly indexed already (the last one before a crash). Its keys
-        // can be in this file or, if it is still empty, in the previous one.
-        let check_dup = offset == end;
-        let dup_file = if file.has_entries() { Some(Arc::clone(&file)) } else { self.previous(&file) };
-        loop {
-            let mut w = file.writer();
-            let mut rolled = false;
-            while let Some(key) = keys.peek() {
-                let hash = key_hash_from(topic_hash, key);
-                let seen = check_dup
-                    && match &dup_file {
-                        Some(d) if Arc::ptr_eq(d, &file) => w.contains(hash, offset),
-                        Some(d) => d.contains(hash, offset),
-                        None => false,
-                    };
-                if !seen && !w.put_key(hash, offset, ts) {
-                    if w.header().index_count <= 1 {
-                        return Err(Error::Corruption {
-                            path: file.path().to_owned(),
-                            offset: 0,
-                            reason: "cannot put a key into an empty index file".into(),
-                        });
+        self.build_index_hashed(topic_hash, req.commitlog_offset, req.store_timestamp, req.uniq_key, req.keys)
+    }
+
+    /// [`IndexService::build_index`] of a message that is not a ROLLBACK, with its topic's
+    /// `String.hashCode()` (`hash_continue(0, topic)`) given: dispatch hashes a topic once for many messages.
+    pub fn build_index_hashed(
+        &self,
+        topic_hash: i32,
+        commitlog_offset: i64,
+        store_timestamp: i64,
+        uniq_key: Option<&str>,
+        keys: Option<&str>,
+    ) -> Result<()> {
+        let (uniq_key, keys) = (uniq_key.map(Cow::Borrowed), keys.map(Cow::Borrowed));
+        self.build_many(std::iter::once(MessageKeys { topic_hash, commitlog_offset, store_timestamp, uniq_key, keys }))
+    }
+
+    /// [`IndexService::build_index_hashed`] of messages in commitlog order, taking the writer once for all of
+    /// them (a dispatch round's chunk): the same entries as one call per message. Queries still interleave
+    /// between messages (each message takes the file's header lock on its own).
+    pub fn build_many<'k>(&self, msgs: impl IntoIterator<Item = MessageKeys<'k>>) -> Result<()> {
+        let mut current: Option<MutexGuard<'_, Option<Arc<IndexFile>>>> = None;
+        let mut file: Option<Arc<IndexFile>> = None;
+        for m in msgs {
+            let tokens = m.keys.as_deref().into_iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
+            let mut keys =
+                m.uniq_key.as_deref().into_iter().chain(tokens).map(|k| key_hash_from(m.topic_hash, k)).peekable();
+            if keys.peek().is_none() {
+                continue;
+            }
+            let current = current.get_or_insert_with(|| self.lock_writer());
+            // A full last file is kept for the checks below (a re-dispatched message must not open a file);
+            // the first put into it fails and rolls.
+            let mut f = match (&file, &**current) {
+                (Some(f), _) | (None, Some(f)) => Arc::clone(f),
+                (None, None) => self.roll(current)?,
+            };
+            let (offset, ts) = (m.commitlog_offset, m.store_timestamp);
+            let (end, has_entries) = {
+                let h = f.header();
+                (h.end_phy_offset, h.index_count > 1)
+            };
+            if offset < end {
+                file = Some(f);
+                continue;
+            }
+            // At endPhyOffset the message may be partly indexed already (the last one before a crash). Its keys
+            // can be in this file or, if it is still empty, in the previous one.
+            let check_dup = offset == end;
+            let dup_file = match check_dup {
+                false => None,
+                true if has_entries => Some(Arc::clone(&f)),
+                true => self.previous(&f),
+            };
+            loop {
+                let mut w = f.writer();
+                let mut rolled = false;
+                while let Some(&hash) = keys.peek() {
+                    let seen = check_dup
+                        && match &dup_file {
+                            Some(d) if Arc::ptr_eq(d, &f) => w.contains(hash, offset),
+                            Some(d) => d.contains(hash, offset),
+                            None => false,
+                        };
+                    if !seen && !w.put_key(hash, offset, ts) {
+                        if w.header().index_count <= 1 {
+                            return Err(Error::Corruption {
+                                path: f.path().to_owned(),
+                                offset: 0,
+                                reason: "cannot put a key into an empty index file".into(),
+                            });
+                        }
+                        rolled = true;
+                        break;
                     }
-                    rolled = true;
+                    keys.next();
+                }
+                drop(w);
+                if !rolled {
                     break;
                 }
-                keys.next();
+                f = self.roll(current)?;
             }
-            drop(w);
-            if !rolled {
-                return Ok(());
-            }
-            file = self.roll(&mut current)?;
+            file = Some(f);
         }
+        Ok(())
     }
 
     fn previous(&self, file: &Arc<IndexFile>) -> Option<Arc<IndexFile>> {

@@ -11,7 +11,7 @@ use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Step};
 use crate::commitlog::CommitLog;
 use crate::consume_queue::{self, ConsumeQueue};
 use crate::error::{Error, Result};
-use crate::index::{IndexRequest, IndexService};
+use crate::index::{IndexService, MessageKeys};
 use crate::java::decode_utf8_lossy;
 use crate::message::properties;
 use crate::message::tags::tags_code_of;
@@ -216,6 +216,160 @@ pub struct DispatchRound {
     pub last_store_timestamp: i64,
     /// Records dispatched into `SCHEDULE_TOPIC_XXXX` (delayed messages the schedule service may wait for).
     pub scheduled: u64,
+    /// Whether the round built the index on a second thread ([`PARALLEL_MIN_RECORDS`]).
+    pub parallel_index: bool,
+}
+
+/// Rounds of at least this many records, over at least [`PARALLEL_MIN_BYTES`] of commitlog, build the
+/// index on a second thread while the dispatching thread parses records and writes consume-queue entries
+/// (the two write different files and each stays in commitlog order). Smaller rounds (a few puts at a time)
+/// build it inline: a thread per round would cost more than it saves.
+pub const PARALLEL_MIN_RECORDS: u64 = 1024;
+/// See [`PARALLEL_MIN_RECORDS`].
+pub const PARALLEL_MIN_BYTES: u64 = 128 << 10;
+/// Messages handed to the index builder at a time.
+const CHUNK: usize = 256;
+/// Chunks queued for the index builder before the dispatching thread waits for it.
+const IN_FLIGHT: usize = 4;
+
+thread_local! {
+    /// The index chunks of this thread's parallel rounds, kept between rounds so that a round allocates none.
+    static CHUNK_POOL: std::cell::RefCell<Vec<IndexChunk>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One message's index keys, as the index builder gets them: byte ranges in its chunk's `bytes`.
+#[derive(Debug)]
+struct IndexItem {
+    topic_hash: i32,
+    offset: i64,
+    store_timestamp: i64,
+    uniq_key: Option<(u32, u32)>,
+    keys: Option<(u32, u32)>,
+}
+
+/// Messages whose keys go to the index builder together; cleared and reused.
+#[derive(Debug)]
+struct IndexChunk {
+    items: Vec<IndexItem>,
+    bytes: Vec<u8>,
+}
+
+impl IndexChunk {
+    fn new() -> Self {
+        IndexChunk { items: Vec::with_capacity(CHUNK), bytes: Vec::with_capacity(CHUNK * 64) }
+    }
+
+    fn push(&mut self, topic_hash: i32, offset: i64, store_timestamp: i64, uniq: Option<&[u8]>, keys: Option<&[u8]>) {
+        let mut range = |v: &[u8]| {
+            let start = self.bytes.len();
+            self.bytes.extend_from_slice(v);
+            (start as u32, self.bytes.len() as u32)
+        };
+        let (uniq_key, keys) = (uniq.map(&mut range), keys.map(&mut range));
+        self.items.push(IndexItem { topic_hash, offset, store_timestamp, uniq_key, keys });
+    }
+
+    fn build(&self, index: &IndexService) -> Result<()> {
+        // Valid UTF-8 (the rule) is borrowed; only malformed keys allocate their decoding.
+        let text = |r: Option<(u32, u32)>| r.map(|(a, b)| decode_utf8_lossy(&self.bytes[a as usize..b as usize]));
+        index.build_many(self.items.iter().map(|it| MessageKeys {
+            topic_hash: it.topic_hash,
+            commitlog_offset: it.offset,
+            store_timestamp: it.store_timestamp,
+            uniq_key: text(it.uniq_key),
+            keys: text(it.keys),
+        }))
+    }
+
+    fn clear(&mut self) {
+        self.items.clear();
+        self.bytes.clear();
+    }
+}
+
+/// Where a round's index keys go.
+enum IndexSink<'a> {
+    /// The index is off.
+    Off,
+    /// Built by the dispatching thread, message by message.
+    Inline(&'a IndexService),
+    /// Queued, a chunk at a time, for the round's index builder thread.
+    Builder {
+        chunk: IndexChunk,
+        pool: &'a mut Vec<IndexChunk>,
+        tx: Option<std::sync::mpsc::SyncSender<IndexChunk>>,
+        /// Chunks the builder is done with, to be filled again (at most [`IN_FLIGHT`] + 2 exist at a time).
+        back: &'a std::sync::mpsc::Receiver<IndexChunk>,
+        failed: &'a std::sync::atomic::AtomicBool,
+    },
+}
+
+impl IndexSink<'_> {
+    fn put(&mut self, topic_hash: i32, offset: i64, ts: i64, uniq: Option<&[u8]>, keys: Option<&[u8]>) -> Result<()> {
+        match self {
+            IndexSink::Off => Ok(()),
+            IndexSink::Inline(index) => {
+                let (uniq, keys) = (uniq.map(decode_utf8_lossy), keys.map(decode_utf8_lossy));
+                index.build_index_hashed(topic_hash, offset, ts, uniq.as_deref(), keys.as_deref())
+            }
+            IndexSink::Builder { chunk, pool, tx, back, .. } => {
+                chunk.push(topic_hash, offset, ts, uniq, keys);
+                if chunk.items.len() >= CHUNK {
+                    let empty = back.try_recv().ok().or_else(|| pool.pop()).unwrap_or_else(IndexChunk::new);
+                    let full = std::mem::replace(chunk, empty);
+                    // The builder drains its channel until it is closed, failed or not: a send cannot fail.
+                    if let Some(tx) = tx {
+                        let _ = tx.send(full);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the index builder failed (the round stops: it returns the builder's error).
+    fn failed(&self) -> bool {
+        matches!(self, IndexSink::Builder { failed, .. } if failed.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Sends what is left and closes the builder's channel.
+    fn finish(&mut self) {
+        if let IndexSink::Builder { chunk, pool, tx, .. } = self {
+            if let Some(tx) = tx.take() {
+                let last = std::mem::replace(chunk, IndexChunk { items: Vec::new(), bytes: Vec::new() });
+                if last.items.is_empty() {
+                    pool.push(last);
+                } else {
+                    let _ = tx.send(last);
+                }
+            }
+        }
+    }
+}
+
+/// The topics and queues a round has met, so that a record costs no map lookup, no topic decoding and no
+/// topic hashing (records of a few queues alternate).
+#[derive(Default)]
+struct RoundTopics {
+    topics: Vec<RoundTopic>,
+}
+
+struct RoundTopic {
+    name: Vec<u8>,
+    /// `String.hashCode()` of the decoded name, for the index.
+    hash: i32,
+    queues: Vec<(i32, Arc<ConsumeQueue>)>,
+}
+
+impl RoundTopics {
+    fn get(&mut self, name: &[u8]) -> usize {
+        if let Some(i) = self.topics.iter().position(|t| t.name == name) {
+            return i;
+        }
+        let hash = crate::index::hash_continue(0, &decode_utf8_lossy(name));
+        self.topics.push(RoundTopic { name: name.to_vec(), hash, queues: Vec::new() });
+        self.topics.len() - 1
+    }
 }
 
 /// The dispatch rules, independent of threads: everything the reput loop does to one record.
@@ -230,7 +384,9 @@ impl Dispatcher<'_> {
     /// Dispatches records from `from` up to `end` (a record is dispatched only if it ends at or before
     /// `end`), at most `max_records`. Blanks jump to the next segment; a record whose TOTALSIZE disagrees with
     /// its fields is skipped by its size (RocketMQ's "[BUG]" branch); other bad bytes skip the rest of their
-    /// segment, as a RocketMQ master does. Each skip is reported.
+    /// segment, as a RocketMQ master does. Each skip is reported. A large round builds the index on a second
+    /// thread ([`PARALLEL_MIN_RECORDS`]); either way the round returns once the consume queues and the index
+    /// hold everything it dispatched, and an error of either fails it.
     pub fn run(
         &self,
         log: &CommitLog,
@@ -239,11 +395,81 @@ impl Dispatcher<'_> {
         max_records: u64,
         want_arrivals: bool,
     ) -> Result<DispatchRound> {
+        match self.index {
+            Some(index) if max_records >= PARALLEL_MIN_RECORDS && end.saturating_sub(from) >= PARALLEL_MIN_BYTES => {
+                self.run_parallel(index, log, from, end, max_records, want_arrivals)
+            }
+            Some(index) => self.run_with(log, from, end, max_records, want_arrivals, &mut IndexSink::Inline(index)),
+            None => self.run_with(log, from, end, max_records, want_arrivals, &mut IndexSink::Off),
+        }
+    }
+
+    fn run_parallel(
+        &self,
+        index: &IndexService,
+        log: &CommitLog,
+        from: u64,
+        end: u64,
+        max_records: u64,
+        want_arrivals: bool,
+    ) -> Result<DispatchRound> {
+        let mut pool = CHUNK_POOL.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let (back_tx, back) = std::sync::mpsc::sync_channel::<IndexChunk>(IN_FLIGHT + 4);
+        let result = std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<IndexChunk>(IN_FLIGHT);
+            let failed = &failed;
+            let builder = std::thread::Builder::new().name("rmq-index".into()).spawn_scoped(s, move || {
+                let mut built = Ok(());
+                for mut chunk in rx {
+                    if built.is_ok() {
+                        built = chunk.build(index);
+                        if built.is_err() {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    chunk.clear();
+                    // Never full: the dispatching thread takes a returned chunk before it makes a new one.
+                    let _ = back_tx.try_send(chunk);
+                }
+                built
+            });
+            let Ok(builder) = builder else {
+                // No thread to be had: build it inline.
+                return self.run_with(log, from, end, max_records, want_arrivals, &mut IndexSink::Inline(index));
+            };
+            let chunk = pool.pop().unwrap_or_else(IndexChunk::new);
+            let mut sink = IndexSink::Builder { chunk, pool: &mut pool, tx: Some(tx), back: &back, failed };
+            let round = self.run_with(log, from, end, max_records, want_arrivals, &mut sink);
+            sink.finish();
+            drop(sink);
+            let built = builder
+                .join()
+                .map_err(|_| Error::Poisoned("the index builder thread of a dispatch round panicked".into()))?;
+            let mut round = round?;
+            built?;
+            round.parallel_index = true;
+            Ok(round)
+        });
+        pool.extend(back.try_iter());
+        CHUNK_POOL.with(|p| *p.borrow_mut() = pool);
+        result
+    }
+
+    fn run_with(
+        &self,
+        log: &CommitLog,
+        from: u64,
+        end: u64,
+        max_records: u64,
+        want_arrivals: bool,
+        sink: &mut IndexSink<'_>,
+    ) -> Result<DispatchRound> {
         let mut round = DispatchRound { reput_offset: from, ..DispatchRound::default() };
         let mut arrivals: HashMap<usize, Arrival> = HashMap::new();
-        let mut cache: Option<(Vec<u8>, i32, Arc<ConsumeQueue>)> = None;
+        let mut topics = RoundTopics::default();
         let mut cursor = log.cursor(from.max(log.min_offset()), end);
-        while round.records < max_records {
+        while round.records < max_records && !sink.failed() {
             let at = cursor.offset();
             let (file, reason) = match cursor.next() {
                 None => break,
@@ -261,7 +487,8 @@ impl Dispatcher<'_> {
                             skipped: size,
                         }),
                         Some(code) => {
-                            let written = self.dispatch_record(h, record, &props, code, &mut cache, &mut round)?;
+                            let written =
+                                self.dispatch_record(h, record, &props, code, &mut topics, sink, &mut round)?;
                             if let (true, Some(cq)) = (want_arrivals, written) {
                                 let key = Arc::as_ptr(&cq) as usize;
                                 let a = arrivals.entry(key).or_insert_with(|| Arrival {
@@ -332,50 +559,49 @@ impl Dispatcher<'_> {
     }
 
     /// Builds the consume-queue entry and the index keys of one record. Returns the queue written to.
+    #[allow(clippy::too_many_arguments)]
     fn dispatch_record(
         &self,
         h: &crate::message::RecordHeader,
         record: &[u8],
         props: &StoreProps<'_>,
         tags_code: i64,
-        cache: &mut Option<(Vec<u8>, i32, Arc<ConsumeQueue>)>,
+        topics: &mut RoundTopics,
+        sink: &mut IndexSink<'_>,
         round: &mut DispatchRound,
     ) -> Result<Option<Arc<ConsumeQueue>>> {
         let topic_bytes = h.topic(record);
-        let topic = decode_utf8_lossy(topic_bytes);
+        let t = topics.get(topic_bytes);
         let transaction = h.transaction_type();
         let mut written = None;
         if matches!(transaction, TransactionType::NotType | TransactionType::Commit) {
-            let cq = match cache {
-                Some((t, q, cq)) if t.as_slice() == topic_bytes && *q == h.queue_id => Some(cq.clone()),
-                _ => match self.queues.find_or_create(&topic, h.queue_id, h.physical_offset) {
-                    Ok(cq) => {
-                        match cache {
-                            // Reuses the cached topic's buffer: no allocation per record when queues alternate.
-                            Some((t, q, c)) => {
-                                t.clear();
-                                t.extend_from_slice(topic_bytes);
-                                (*q, *c) = (h.queue_id, cq.clone());
-                            }
-                            None => *cache = Some((topic_bytes.to_vec(), h.queue_id, cq.clone())),
+            let known = topics.topics[t].queues.iter().find(|(q, _)| *q == h.queue_id).map(|(_, cq)| cq);
+            let cq = match known {
+                Some(cq) => Some(cq),
+                None => {
+                    let topic = decode_utf8_lossy(topic_bytes);
+                    match self.queues.find_or_create(&topic, h.queue_id, h.physical_offset) {
+                        Ok(cq) => {
+                            let queues = &mut topics.topics[t].queues;
+                            queues.push((h.queue_id, cq));
+                            queues.last().map(|(_, cq)| cq)
                         }
-                        Some(cq)
+                        Err(e) => {
+                            round.issues.push(DispatchIssue {
+                                offset: h.physical_offset as u64,
+                                reason: format!("no consume queue: {e}"),
+                                skipped: 0,
+                            });
+                            None
+                        }
                     }
-                    Err(e) => {
-                        round.issues.push(DispatchIssue {
-                            offset: h.physical_offset as u64,
-                            reason: format!("no consume queue: {e}"),
-                            skipped: 0,
-                        });
-                        None
-                    }
-                },
+                }
             };
             if let Some(cq) = cq {
                 match cq.append(h.physical_offset, h.total_size, tags_code, h.queue_offset) {
                     Ok(consume_queue::Appended::Written { .. }) => {
                         round.cq_entries += 1;
-                        written = Some(cq);
+                        written = Some(Arc::clone(cq));
                     }
                     Ok(consume_queue::Appended::Duplicate) => {}
                     Err(Error::InvalidOffset { reason, .. }) => round.issues.push(DispatchIssue {
@@ -387,21 +613,9 @@ impl Dispatcher<'_> {
                 }
             }
         }
-        if let Some(index) = self.index {
-            if transaction != TransactionType::Rollback {
-                let uniq = props.uniq_key.map(decode_utf8_lossy);
-                let keys_text = props.keys.map(decode_utf8_lossy);
-                if uniq.is_some() || keys_text.is_some() {
-                    index.build_index(&IndexRequest {
-                        topic: &topic,
-                        commitlog_offset: h.physical_offset,
-                        store_timestamp: h.store_timestamp,
-                        transaction,
-                        uniq_key: uniq.as_deref(),
-                        keys: keys_text.as_deref(),
-                    })?;
-                }
-            }
+        if transaction != TransactionType::Rollback && (props.uniq_key.is_some() || props.keys.is_some()) {
+            let hash = topics.topics[t].hash;
+            sink.put(hash, h.physical_offset, h.store_timestamp, props.uniq_key, props.keys)?;
         }
         Ok(written)
     }
