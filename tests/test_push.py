@@ -357,3 +357,37 @@ def test_a_pull_that_moves_the_offset_without_delivering_is_logged(
         assert len(bodies) == 4 and rec.bodies() == collections.Counter([b"after"])  # corrected to the end
         line = moved()[0]
         assert "OFFSET_OVERFLOW_BADLY" in line and "max 4" in line and "the next offset is 4" in line, line
+
+
+def test_an_error_outside_a_queue_pull_does_not_end_the_pull_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round of the pull loop that fails outside a queue's pull (here a read-only store's `refresh()`, which
+    the loop calls between pulls) is logged and counted, and the loop goes on after a pause: the consumer keeps
+    consuming what the writer adds. (It used to end the pull thread: the consumer held its queues and consumed
+    nothing more, silently.)"""
+    monkeypatch.setattr(rmq.push, "PULL_EXCEPTION_DELAY", 0.05)
+    with rmq.MessageStore(tmp_path / "s", CFG) as writer:
+        put_all(writer, 4, queues=1)
+        writer.flush()
+        with rmq.MessageStore(tmp_path / "s", CFG, read_only=True) as view:
+            real, calls = view.refresh, []
+
+            def flaky() -> int:
+                calls.append(1)
+                if len(calls) <= 2:
+                    raise OSError("the refresh failed")
+                return real()
+
+            view.refresh = flaky  # type: ignore[method-assign]
+            rec = Recorder()
+            offsets = ConsumerOffsetManager(tmp_path / "o.json")
+            with caplog.at_level("ERROR", logger="rmq.push"):
+                with PushConsumer(view, "G", "Orders", rec, offsets=offsets, consume_from_where=FIRST) as c:
+                    wait_until(lambda: len(rec.bodies()) == 4)
+                    writer.put("Orders", b"later", queue_id=0)
+                    writer.flush()
+                    wait_until(lambda: b"later" in rec.bodies())
+                    assert c.stats.pull_loop_errors == 2
+    failed = [r for r in caplog.records if "a round of the pull loop failed" in r.getMessage()]
+    assert len(failed) == 2 and failed[0].exc_info is not None

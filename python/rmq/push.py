@@ -191,6 +191,8 @@ class ConsumerStats:
     #: Broadcasting: messages whose consumption failed, dropped as RocketMQ's client drops them.
     dropped_failures: int = 0
     pulls: int = 0
+    #: Rounds of the pull loop that failed outside a queue's pull (logged; the loop waits and goes on).
+    pull_loop_errors: int = 0
     rebalances: int = 0
     queues_history: list[list[MessageQueue]] = field(default_factory=list)
 
@@ -274,6 +276,9 @@ READ_ONLY_POLL = 0.1
 """Seconds between refreshes of a read-only store (another process writes it) while a consumer has nothing."""
 FLOW_CONTROL_DELAY = 0.05
 """Seconds before a throttled queue is pulled again (`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL` = 50 ms)."""
+PULL_EXCEPTION_DELAY = 3.0
+"""Seconds the pull loop waits after a round of it failed outside a queue's pull (a rebalance, a read-only
+store's refresh), as RocketMQ's client waits `PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION` (3 s); the loop goes on."""
 
 
 class PushConsumer:
@@ -350,6 +355,7 @@ class PushConsumer:
         self._pqs_lock = threading.Lock()
         self._releasing: dict[MessageQueue, ProcessQueue] = {}  # orderly queues dropped, not yet released
         self._running = threading.Event()
+        self._stopping = threading.Event()
         self._waiter = ArrivalWaiter.of(store)
         # A broadcasting consumer is a group of its own: it takes every queue and rebalances with nobody.
         self._group: ConsumerGroup | _Solo = _Solo() if self.broadcasting else ConsumerGroup.of(store, group)
@@ -388,6 +394,7 @@ class PushConsumer:
         if not self._running.is_set():
             return
         self._running.clear()
+        self._stopping.set()
         self._waiter.notify_all()
         if self._thread is not None:
             self._thread.join()
@@ -534,37 +541,55 @@ class PushConsumer:
         return changed
 
     def _pull_loop(self) -> None:
+        # Nothing may end this thread but a shutdown or a closed store: a consumer whose pull thread died would
+        # hold its queues and consume nothing, with no sign of it.
         while self._running.is_set():
-            if self._queues_changed():
-                self._group.rebalance()
-            seen = self._waiter.arrivals
-            self._adopt_pending()
-            progressed = throttled = False
-            with self._pqs_lock:
-                queues = list(self._pqs.values())
-            for pq in queues:
-                if not self._running.is_set():
+            try:
+                if not self._pull_round():
                     return
-                if pq.dropped:
-                    continue
-                if pq.in_flight() >= self.pull_threshold_for_queue:
-                    throttled = True
-                    continue
-                try:
-                    progressed |= self._pull_once(pq)
-                except Exception:
-                    if self.store.closed:
-                        return
-                    log.exception("pull of %s failed", pq.mq)
-            if not progressed:
-                # Flow control: a queue with too much in flight is tried again after 50 ms, as RocketMQ's client
-                # does (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL); otherwise wait for an arrival (long polling).
-                timeout = FLOW_CONTROL_DELAY if throttled else self.poll_timeout
-                if self.store.read_only:
-                    # Another process writes: take in its messages, and poll (no reput signals arrivals here).
-                    self.store.refresh()
-                    timeout = min(timeout, READ_ONLY_POLL)
-                self._waiter.wait_arrival_since(seen, timeout)
+            except Exception:
+                if self.store.closed or not self._running.is_set():
+                    return
+                self.stats.pull_loop_errors += 1
+                log.exception(
+                    "%s: a round of the pull loop failed; going on in %.1f s", self.group, PULL_EXCEPTION_DELAY
+                )
+                self._stopping.wait(PULL_EXCEPTION_DELAY)
+
+    def _pull_round(self) -> bool:
+        """One round over the queues (rebalancing first if the topic's queues changed), then, if nothing was
+        pulled, the wait for an arrival. False when the consumer stops meanwhile or the store closed."""
+        if self._queues_changed():
+            self._group.rebalance()
+        seen = self._waiter.arrivals
+        self._adopt_pending()
+        progressed = throttled = False
+        with self._pqs_lock:
+            queues = list(self._pqs.values())
+        for pq in queues:
+            if not self._running.is_set():
+                return False
+            if pq.dropped:
+                continue
+            if pq.in_flight() >= self.pull_threshold_for_queue:
+                throttled = True
+                continue
+            try:
+                progressed |= self._pull_once(pq)
+            except Exception:
+                if self.store.closed:
+                    return False
+                log.exception("pull of %s failed", pq.mq)
+        if not progressed:
+            # Flow control: a queue with too much in flight is tried again after 50 ms, as RocketMQ's client
+            # does (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL); otherwise wait for an arrival (long polling).
+            timeout = FLOW_CONTROL_DELAY if throttled else self.poll_timeout
+            if self.store.read_only:
+                # Another process writes: take in its messages, and poll (no reput signals arrivals here).
+                self.store.refresh()
+                timeout = min(timeout, READ_ONLY_POLL)
+            self._waiter.wait_arrival_since(seen, timeout)
+        return True
 
     def _pull_once(self, pq: ProcessQueue) -> bool:
         mq = pq.mq
