@@ -54,13 +54,25 @@ fn derived_snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 /// Appends a record the put path would refuse (a system topic, a path-like topic), as a broker's internal
 /// services or a crafted commitlog could hold. Returns the store timestamp.
 fn append_foreign(store: &MessageStore, topic: &str, queue_id: i32, queue_offset: i64, properties: &[u8]) -> i64 {
+    append_raw(store, topic, queue_id, 0, queue_offset, properties)
+}
+
+/// [`append_foreign`] with `sys_flag` (a transaction type, say). Returns the store timestamp.
+fn append_raw(
+    store: &MessageStore,
+    topic: &str,
+    queue_id: i32,
+    sys_flag: i32,
+    queue_offset: i64,
+    properties: &[u8],
+) -> i64 {
     let input = EncodeInput {
         topic,
         queue_id,
         flag: 0,
         body: b"foreign",
         properties,
-        sys_flag: 0,
+        sys_flag,
         born_timestamp: 1,
         born_host: "127.0.0.1:1".parse().unwrap(),
         store_host: "127.0.0.1:10911".parse().unwrap(),
@@ -347,30 +359,6 @@ fn time_queries_through_the_store() {
     assert_eq!(store.max_offset_in_queue("T", 7, true), 0);
 }
 
-/// Appends a record with `sys_flag` (a transaction type) and raw `properties`, at `queue_offset`.
-fn append_raw(store: &MessageStore, topic: &str, sys_flag: i32, queue_offset: i64, properties: &[u8]) {
-    let input = EncodeInput {
-        topic,
-        queue_id: 0,
-        flag: 0,
-        body: b"raw",
-        properties,
-        sys_flag,
-        born_timestamp: 1,
-        born_host: "127.0.0.1:1".parse().unwrap(),
-        store_host: "127.0.0.1:10911".parse().unwrap(),
-        store_timestamp: 0,
-        reconsume_times: 0,
-        prepared_transaction_offset: 0,
-        queue_offset: 0,
-        physical_offset: 0,
-    };
-    let opts = EncodeOptions { max_message_size: 1 << 20, auto_version: true, prop_crc: false, fix_separator: true };
-    let mut buf = Vec::new();
-    let rec = encode_record(&input, &opts, &mut buf).unwrap();
-    store.commitlog().append(&mut buf, &[rec], |_| queue_offset).unwrap();
-}
-
 /// 1,600 puts over two topics and three queues, with every 40th record one a put would not make: malformed
 /// UTF-8 in KEYS, empty and repeated tokens, a UNIQ_KEY alone, no keys, PREPARED and ROLLBACK records with
 /// keys (neither takes a queue offset; ROLLBACK is not indexed), COMMIT.
@@ -387,7 +375,7 @@ fn fill_varied(store: &MessageStore) {
                 _ => (0x8, b"KEYS\x01commit-key\x02"),
             };
             let takes_offset = sys_flag == 0 || sys_flag == 0x8;
-            append_raw(store, "Raw", sys_flag, if takes_offset { raw_offset } else { 0 }, props);
+            append_raw(store, "Raw", 0, sys_flag, if takes_offset { raw_offset } else { 0 }, props);
             raw_offset += i64::from(takes_offset);
             continue;
         }
