@@ -210,26 +210,18 @@ impl IndexService {
         if req.uniq_key.is_none() && req.keys.is_none() {
             return Ok(());
         }
-        let topic_hash = hash_continue(0, req.topic);
-        self.build_index_hashed(topic_hash, req.commitlog_offset, req.store_timestamp, req.uniq_key, req.keys)
+        self.build_many(std::iter::once(MessageKeys {
+            topic_hash: hash_continue(0, req.topic),
+            commitlog_offset: req.commitlog_offset,
+            store_timestamp: req.store_timestamp,
+            uniq_key: req.uniq_key.map(Cow::Borrowed),
+            keys: req.keys.map(Cow::Borrowed),
+        }))
     }
 
-    /// [`IndexService::build_index`] of a message that is not a ROLLBACK, with its topic's
-    /// `String.hashCode()` (`hash_continue(0, topic)`) given: dispatch hashes a topic once for many messages.
-    pub fn build_index_hashed(
-        &self,
-        topic_hash: i32,
-        commitlog_offset: i64,
-        store_timestamp: i64,
-        uniq_key: Option<&str>,
-        keys: Option<&str>,
-    ) -> Result<()> {
-        let (uniq_key, keys) = (uniq_key.map(Cow::Borrowed), keys.map(Cow::Borrowed));
-        self.build_many(std::iter::once(MessageKeys { topic_hash, commitlog_offset, store_timestamp, uniq_key, keys }))
-    }
-
-    /// [`IndexService::build_index_hashed`] of messages in commitlog order, taking the writer once for all of
-    /// them (a dispatch round's chunk): the same entries as one call per message. Queries still interleave
+    /// [`IndexService::build_index`] of messages in commitlog order (none a ROLLBACK), each topic given by its
+    /// `String.hashCode()` (dispatch hashes a topic once for many messages), taking the writer once for all
+    /// of them (a dispatch round's chunk): the same entries as one call per message. Queries still interleave
     /// between messages (each message takes the file's header lock on its own).
     pub fn build_many<'k>(&self, msgs: impl IntoIterator<Item = MessageKeys<'k>>) -> Result<()> {
         let mut current: Option<MutexGuard<'_, Option<Arc<IndexFile>>>> = None;

@@ -247,6 +247,24 @@ struct IndexItem {
     keys: Option<(u32, u32)>,
 }
 
+/// A message's index keys with UNIQ_KEY and KEYS decoded as Java decodes them (borrowed when they are valid
+/// UTF-8, the rule; only malformed keys allocate their decoding).
+fn message_keys<'a>(
+    topic_hash: i32,
+    offset: i64,
+    store_timestamp: i64,
+    uniq: Option<&'a [u8]>,
+    keys: Option<&'a [u8]>,
+) -> MessageKeys<'a> {
+    MessageKeys {
+        topic_hash,
+        commitlog_offset: offset,
+        store_timestamp,
+        uniq_key: uniq.map(decode_utf8_lossy),
+        keys: keys.map(decode_utf8_lossy),
+    }
+}
+
 /// Messages whose keys go to the index builder together; cleared and reused.
 #[derive(Debug)]
 struct IndexChunk {
@@ -270,15 +288,12 @@ impl IndexChunk {
     }
 
     fn build(&self, index: &IndexService) -> Result<()> {
-        // Valid UTF-8 (the rule) is borrowed; only malformed keys allocate their decoding.
-        let text = |r: Option<(u32, u32)>| r.map(|(a, b)| decode_utf8_lossy(&self.bytes[a as usize..b as usize]));
-        index.build_many(self.items.iter().map(|it| MessageKeys {
-            topic_hash: it.topic_hash,
-            commitlog_offset: it.offset,
-            store_timestamp: it.store_timestamp,
-            uniq_key: text(it.uniq_key),
-            keys: text(it.keys),
-        }))
+        let bytes = |r: Option<(u32, u32)>| r.map(|(a, b)| &self.bytes[a as usize..b as usize]);
+        index.build_many(
+            self.items.iter().map(|it| {
+                message_keys(it.topic_hash, it.offset, it.store_timestamp, bytes(it.uniq_key), bytes(it.keys))
+            }),
+        )
     }
 
     fn clear(&mut self) {
@@ -309,8 +324,7 @@ impl IndexSink<'_> {
         match self {
             IndexSink::Off => Ok(()),
             IndexSink::Inline(index) => {
-                let (uniq, keys) = (uniq.map(decode_utf8_lossy), keys.map(decode_utf8_lossy));
-                index.build_index_hashed(topic_hash, offset, ts, uniq.as_deref(), keys.as_deref())
+                index.build_many(std::iter::once(message_keys(topic_hash, offset, ts, uniq, keys)))
             }
             IndexSink::Builder { chunk, pool, tx, back, .. } => {
                 chunk.push(topic_hash, offset, ts, uniq, keys);
