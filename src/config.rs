@@ -438,11 +438,14 @@ settings! {
 pub struct ServiceTiming {
     /// Ms before the first cleanup run after the services start (RocketMQ schedules it 60 s after start).
     pub clean_initial_delay_ms: u64,
+    /// Under SYNC_FLUSH, the longest the group commit service waits (µs) for the producers its last flush served
+    /// to put again before it flushes (never more than half the last flush's time); 0 never waits.
+    pub group_commit_gather_max_us: u64,
 }
 
 impl Default for ServiceTiming {
     fn default() -> Self {
-        ServiceTiming { clean_initial_delay_ms: 60_000 }
+        ServiceTiming { clean_initial_delay_ms: 60_000, group_commit_gather_max_us: 1_000 }
     }
 }
 

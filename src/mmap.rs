@@ -380,6 +380,31 @@ impl MappedFile {
         let _ = (pos, len);
     }
 
+    /// Starts writing back the dirty pages of bytes `[pos, pos + len)` and waits for it, without making
+    /// anything durable (`sync_file_range`, no `fdatasync`): the warm service's conversion, under SYNC_FLUSH,
+    /// of the pages it faulted in (zeros) from claimed-but-unwritten space into written blocks, so that the
+    /// group commit's flushes later in that range change no extent and commit no filesystem journal. Best
+    /// effort: an error is the next flush's to report.
+    pub fn write_back(&self, pos: usize, len: usize) {
+        #[cfg(target_os = "linux")]
+        if let (Some(file), Storage::Disk) = (&self.file, self.storage) {
+            use std::os::fd::AsRawFd;
+            let len = len.min(self.map.len().saturating_sub(pos));
+            let (Ok(off), Ok(n)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len)) else { return };
+            if n == 0 {
+                return;
+            }
+            let flags =
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            #[allow(unsafe_code)]
+            // SAFETY: a plain system call on a descriptor this `File` owns and keeps open for the call; no memory
+            // is passed, and writing pages back changes no byte of the file.
+            let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, flags) };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (pos, len);
+    }
+
     /// Flushes the whole file.
     pub fn flush(&self) -> Result<()> {
         if self.storage == Storage::Overlay {

@@ -258,3 +258,154 @@ fn close_completes_the_waiting_puts() {
     assert!(!reopened.unclean_shutdown());
     assert_eq!(reopened.read(r.offsets[0]).unwrap().unwrap().offset(), r.offsets[0]);
 }
+
+/// The gather: a held-up flush served one put while seven more arrived; before the next flush the service
+/// waits for the served producer to put again (50 ms later, in a window of half the 400 ms flush), so one flush
+/// serves all eight waiting puts (without it, the seven are flushed at once and the eighth needs a third flush:
+/// producers that alternate in two halves).
+#[test]
+fn the_service_waits_for_the_producers_it_served_before_flushing_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fresh_root(&tmp);
+    let mut cfg = config(64 * 1024);
+    cfg.timing.group_commit_gather_max_us = 10_000_000; // the window is then half the held-up flush
+    let store = started(&root, cfg);
+    fault::inject(Fault::stalled(FaultPoint::Flush).under(&root));
+    let s = store.clone();
+    let first = std::thread::spawn(move || {
+        let r = put(&s, b"first", true);
+        std::thread::sleep(std::time::Duration::from_millis(50)); // back well after the seven are flushable
+        [r, put(&s, b"first, again", true)]
+    });
+    until_waiting(&store, 1);
+    while fault::fired_under(&root) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let others: Vec<_> = (1..8)
+        .map(|t| {
+            let s = store.clone();
+            std::thread::spawn(move || put(&s, format!("producer {t}").as_bytes(), true))
+        })
+        .collect();
+    until_waiting(&store, 8);
+    std::thread::sleep(std::time::Duration::from_millis(400)); // a slow flush: a window of 200 ms
+    assert_eq!(fault::disarm_under(&root), 1);
+    let mut results: Vec<PutResult> = first.join().unwrap().into();
+    results.extend(others.into_iter().map(|p| p.join().unwrap()));
+    assert!(results.iter().all(|r| r.status == PutMessageStatus::PutOk));
+    assert_eq!(store.group_commit_flushes(), 2, "the held-up flush, then one for the seven and the first's next put");
+    assert_eq!(store.group_commit_gathers(), 1);
+    assert!(store.flushed_offset() >= results.iter().map(end_of).max().unwrap());
+    store.close().unwrap();
+}
+
+/// A lone producer never waits for a gather, however long the window may be: every flush serves its one put.
+#[test]
+fn a_lone_producer_is_never_held_for_a_gather() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fresh_root(&tmp);
+    let mut cfg = config(64 * 1024);
+    cfg.timing.group_commit_gather_max_us = 10_000_000;
+    let store = started(&root, cfg);
+    for i in 0..200 {
+        let r = put(&store, format!("alone {i}").as_bytes(), true);
+        assert_eq!(r.status, PutMessageStatus::PutOk);
+    }
+    assert_eq!(store.group_commit_gathers(), 0);
+    assert_eq!(store.group_commit_flushes(), 200);
+    store.close().unwrap();
+}
+
+/// Bytes of `[0, len)` of `path` in extents the filesystem reports unwritten (claimed, never written), by the
+/// FIEMAP ioctl without its sync flag (so asking changes nothing); `None` where the filesystem cannot tell.
+#[allow(unsafe_code)]
+fn unwritten_bytes(path: &Path, len: u64) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+    const EXTENTS: usize = 256;
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Extent {
+        logical: u64,
+        physical: u64,
+        length: u64,
+        reserved64: [u64; 2],
+        flags: u32,
+        reserved: [u32; 3],
+    }
+    #[repr(C)]
+    struct Fiemap {
+        start: u64,
+        length: u64,
+        flags: u32,
+        mapped_extents: u32,
+        extent_count: u32,
+        reserved: u32,
+        extents: [Extent; EXTENTS],
+    }
+    let file = std::fs::File::open(path).ok()?;
+    let empty = Extent { logical: 0, physical: 0, length: 0, reserved64: [0; 2], flags: 0, reserved: [0; 3] };
+    let mut map = Box::new(Fiemap {
+        start: 0,
+        length: len,
+        flags: 0,
+        mapped_extents: 0,
+        extent_count: EXTENTS as u32,
+        reserved: 0,
+        extents: [empty; EXTENTS],
+    });
+    // SAFETY: FS_IOC_FIEMAP reads the header and writes at most `extent_count` extents into the array that
+    // follows it, all inside the boxed struct, which outlives the call; the descriptor is open.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP as _, &mut *map as *mut Fiemap) };
+    if rc != 0 {
+        return None;
+    }
+    let n = (map.mapped_extents as usize).min(EXTENTS);
+    Some(
+        map.extents[..n]
+            .iter()
+            .filter(|e| e.flags & FIEMAP_EXTENT_UNWRITTEN != 0)
+            .map(|e| e.length.min(len.saturating_sub(e.logical)))
+            .sum(),
+    )
+}
+
+/// After one put, the bytes of the first segment still in unwritten extents once the warm service has faulted
+/// in what lies ahead (the whole 4 MiB segment), under `flush`.
+fn unwritten_after_warm(flush: FlushDiskType) -> Option<u64> {
+    const SEGMENT: u64 = 4 * 1024 * 1024;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fresh_root(&tmp);
+    let mut cfg = config(SEGMENT);
+    cfg.commit_log.flush_disk_type = flush;
+    let store = started(&root, cfg);
+    assert_eq!(put(&store, b"warms what lies ahead", true).status, PutMessageStatus::PutOk);
+    let warmed = || store.service_stats().iter().find(|s| s.name == "warm").map_or(0, |s| s.work);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while warmed() < SEGMENT - 4096 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(warmed() >= SEGMENT - 4096, "the warm service faulted in the segment: {}", warmed());
+    let segment = root.join("commitlog").join(format!("{:020}", 0));
+    let unwritten = unwritten_bytes(&segment, SEGMENT);
+    store.close().unwrap();
+    unwritten
+}
+
+/// Under SYNC_FLUSH the warm service writes back the pages it faults in, so the space ahead of the write
+/// position is written blocks before the group commit's flushes reach it (each flush then writes data only;
+/// see `services/group_commit.rs`). Under ASYNC_FLUSH it only faults them in: the space stays unwritten.
+#[test]
+fn under_sync_flush_the_warmed_space_ahead_is_written_before_puts_reach_it() {
+    let Some(async_unwritten) = unwritten_after_warm(FlushDiskType::AsyncFlush) else {
+        eprintln!("this filesystem has no FIEMAP: nothing to observe");
+        return;
+    };
+    if async_unwritten == 0 {
+        eprintln!("this filesystem reports no unwritten extents for claimed space: nothing to observe");
+        return;
+    }
+    assert!(async_unwritten >= 2 * 1024 * 1024, "ASYNC_FLUSH leaves the space ahead unwritten: {async_unwritten}");
+    assert_eq!(unwritten_after_warm(FlushDiskType::SyncFlush), Some(0), "SYNC_FLUSH writes the warmed space");
+}

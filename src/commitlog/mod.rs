@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::config::CommitLogConfig;
+use crate::config::{CommitLogConfig, FlushDiskType};
 use crate::error::{Error, Result};
 use crate::file_queue::FileQueue;
 use crate::message::decode::{check_record, CheckOptions, RecordCheck};
@@ -554,7 +554,8 @@ impl CommitLog {
     }
 
     /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
-    /// bytes, in chunks of [`WARM_CHUNK`]). Returns the bytes faulted in.
+    /// bytes, in chunks of [`WARM_CHUNK`]); under SYNC_FLUSH, writes each chunk back too ([`MappedFile::write_back`]).
+    /// Returns the bytes faulted in.
     pub fn warm_round(&self) -> u64 {
         let _round = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.warm.requested.load(Ordering::Acquire);
@@ -564,6 +565,9 @@ impl CommitLog {
             let Some(file) = self.queue.find(done) else { break };
             let end = target.min(file.end()).min(done + WARM_CHUNK);
             file.prefault((done - file.start()) as usize, (end - done) as usize);
+            if self.cfg.flush_disk_type == FlushDiskType::SyncFlush {
+                file.write_back((done - file.start()) as usize, (end - done) as usize);
+            }
             done = end;
         }
         self.warm.done.fetch_max(target, Ordering::AcqRel);

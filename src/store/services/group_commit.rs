@@ -13,10 +13,22 @@
 //! waiting put returns `FLUSH_DISK_TIMEOUT`. A flush that is only slow leaves the store working: the puts that
 //! gave up on it return `FLUSH_DISK_TIMEOUT`, later ones `PUT_OK` once the disk catches up (as in RocketMQ).
 //!
+//! The gather (rmq's, not RocketMQ's): a service that flushes as soon as it is woken splits steady producers
+//! into two halves, the puts that arrived during one flush making up the next while those it served come back.
+//! So before a flush the service waits for as many waiting puts as the last flush saw (those it served plus
+//! those that arrived during it), at most half the last flush's time and `timing.group_commit_gather_max_us`
+//! (1 ms): a lone producer never waits, a producer that stops costs one window. Puts below the count do not
+//! wake the service; the one that reaches it does.
+//!
+//! Under SYNC_FLUSH the warm service also writes back the zero pages it faults in ahead of the write position
+//! ([`crate::mmap::MappedFile::write_back`]): the claimed space becomes written blocks before the puts reach
+//! it, so a group flush writes data only, where it would otherwise also convert the extents it touches and
+//! commit the filesystem's journal (about twice the time on ext4).
+//!
 //! Without the service (services not started, or stopped by `close`), a SYNC_FLUSH put flushes its own range
 //! inline before returning, whatever its `WAIT` (the per-put msync the service replaces).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +43,19 @@ pub const NAME: &str = "group_commit";
 
 /// How long the service sleeps when nobody wakes it (RocketMQ's `waitForRunning(10)`).
 const IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// What the service's gather knows of the rounds before (kept by the service loop).
+#[derive(Debug, Default)]
+pub(crate) struct Gather {
+    /// `registered` when the round before the last began, and when the last began.
+    began_prev: u64,
+    began: u64,
+    /// Producers the last flush saw: those it served and those that registered during it (0 after a round
+    /// that flushed nothing).
+    expect: u64,
+    /// How long the last flush took.
+    last_flush: Duration,
+}
 
 /// The state puts and the service share.
 #[derive(Debug, Default)]
@@ -48,6 +73,13 @@ pub(crate) struct GroupCommit {
     written_timestamp: AtomicI64,
     /// Flushes the service made (each covers every request waiting when it began).
     groups: std::sync::atomic::AtomicU64,
+    /// Waiting puts registered since the store opened (the gather's count of arrivals).
+    registered: AtomicU64,
+    /// Rounds whose gather waited for producers (observation and tests).
+    gathers: AtomicU64,
+    /// While the service gathers: the `registered` count it waits for (0 otherwise). A put below it does not
+    /// wake the service (each wake-up would cost both a context switch); the put that reaches it does.
+    gather_until: AtomicU64,
 }
 
 impl GroupCommit {
@@ -74,9 +106,11 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
     gc.running.store(true, Ordering::Release);
     let weak = Arc::downgrade(store);
     let spawned = store.services().spawn(svc, move |svc| {
+        let mut gather = Gather::default();
         while svc.wait_for_running(IDLE_WAIT) {
             let Some(s) = weak.upgrade() else { return };
-            match s.group_commit_round() {
+            s.gather(svc, &gather);
+            match s.group_commit_round(Some(&mut gather)) {
                 Ok(_) => svc.count_round(),
                 Err(e) => {
                     // Counted before the store is poisoned and the waiting puts wake: whoever they answer, or
@@ -90,7 +124,7 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
         // Stopped: one last round for the puts still waiting, then they flush inline themselves.
         if let Some(s) = weak.upgrade() {
             s.group_commit.running.store(false, Ordering::Release);
-            if let Err(e) = s.group_commit_round() {
+            if let Err(e) = s.group_commit_round(None) {
                 s.poison(&e); // the notify below wakes the waiting puts, which then answer FLUSH_DISK_TIMEOUT
             }
             *s.group_commit.service.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -109,10 +143,15 @@ impl MessageStore {
     /// `flushed_offset`, and completes the waiting puts. Returns the bytes flushed. A failed flush returns the
     /// error and changes nothing: the caller records it, poisons the store, then wakes the waiting puts (which
     /// answer FLUSH_DISK_TIMEOUT, the store being poisoned).
-    pub(crate) fn group_commit_round(&self) -> Result<u64> {
+    pub(crate) fn group_commit_round(&self, mut gather: Option<&mut Gather>) -> Result<u64> {
         let gc = &self.group_commit;
         // The timestamp first: every put that set it was appended before, so lies below the end read next.
         let timestamp = gc.written_timestamp.load(Ordering::Acquire);
+        if let Some(g) = gather.as_deref_mut() {
+            // Before the end is read: every put registered by now is covered (if written), later ones may be.
+            (g.began_prev, g.began) = (g.began, gc.registered.load(Ordering::Acquire));
+            g.expect = 0; // unless this round flushes
+        }
         let target = self.commitlog.max_offset();
         let from = self.flushed_offset.load(Ordering::Acquire);
         if target <= from {
@@ -123,7 +162,13 @@ impl MessageStore {
             gc.notify();
             return Ok(0);
         }
+        let started = Instant::now();
         self.commitlog.flush_range(from, target)?;
+        if let Some(g) = gather {
+            // Read before the notify below: the producers this flush served cannot have registered again yet.
+            g.last_flush = started.elapsed();
+            g.expect = gc.registered.load(Ordering::Acquire) - g.began_prev;
+        }
         gc.groups.fetch_add(1, Ordering::Relaxed);
         self.flushed_offset.fetch_max(target, Ordering::AcqRel);
         if timestamp > 0 {
@@ -146,12 +191,19 @@ impl MessageStore {
         if !gc.running.load(Ordering::Acquire) {
             return self.flush_inline(dirty_from, end);
         }
-        gc.wakeup();
         if !wait {
+            gc.wakeup();
             return PutMessageStatus::PutOk;
         }
-        let deadline = Instant::now() + Duration::from_millis(self.config.sync_flush.sync_flush_timeout);
+        // Registered before the wake-up, so a gathering service that wakes counts this put. SeqCst with the
+        // service's `gather_until` store then `registered` load: either it sees this put, or this put sees its
+        // target (and wakes it on reaching it).
         gc.waiting.fetch_add(1, Ordering::AcqRel);
+        let registered = gc.registered.fetch_add(1, Ordering::SeqCst) + 1;
+        if registered >= gc.gather_until.load(Ordering::SeqCst) {
+            gc.wakeup();
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.sync_flush.sync_flush_timeout);
         let mut g = gc.lock.lock().unwrap_or_else(|p| p.into_inner());
         let status = loop {
             if self.flushed_offset.load(Ordering::Acquire) >= end {
@@ -198,5 +250,34 @@ impl MessageStore {
     /// Flushes the group commit service made since the store opened.
     pub fn group_commit_flushes(&self) -> u64 {
         self.group_commit.groups.load(Ordering::Relaxed)
+    }
+
+    /// Rounds in which the group commit service waited for producers to gather before flushing.
+    pub fn group_commit_gathers(&self) -> u64 {
+        self.group_commit.gathers.load(Ordering::Relaxed)
+    }
+
+    /// Before a round's flush: if fewer puts wait than the last round saw (those it served plus those that
+    /// arrived during its flush), waits for the rest, who are on their way back (each woke and is putting
+    /// again): at most half the last flush's time and `timing.group_commit_gather_max_us`, or until the service
+    /// is stopped. Without it, producers split into two halves that alternate between flushes.
+    fn gather(&self, svc: &ServiceThread, g: &Gather) {
+        let gc = &self.group_commit;
+        let arrived = || gc.registered.load(Ordering::SeqCst) - g.began;
+        let first = arrived();
+        if g.expect < 2 || first == 0 || first >= g.expect || self.config.timing.group_commit_gather_max_us == 0 {
+            return;
+        }
+        gc.gathers.fetch_add(1, Ordering::Relaxed);
+        let most = Duration::from_micros(self.config.timing.group_commit_gather_max_us);
+        let deadline = Instant::now() + (g.last_flush / 2).min(most);
+        gc.gather_until.store(g.began + g.expect, Ordering::SeqCst);
+        while arrived() < g.expect {
+            let now = Instant::now();
+            if now >= deadline || !svc.wait_for_running(deadline - now) {
+                break;
+            }
+        }
+        gc.gather_until.store(0, Ordering::SeqCst);
     }
 }

@@ -1,7 +1,9 @@
 //! The page warmer: faults in the commitlog pages just ahead of the write position so puts do not pay for
 //! page allocation and zeroing (RocketMQ pre-touches its mapped files too). An append that crosses half the
 //! warmed distance wakes it ([`MessageStore`]'s put path); the commitlog keeps the requested position and the
-//! round ([`crate::commitlog::CommitLog::warm_round`]).
+//! round ([`crate::commitlog::CommitLog::warm_round`]). Under SYNC_FLUSH a round also writes the faulted-in
+//! pages back (zeros, nothing made durable), so the group commit's flushes find written blocks ahead of them
+//! (`services/group_commit.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
