@@ -149,7 +149,7 @@ impl MessageStore {
         let timestamp = gc.written_timestamp.load(Ordering::Acquire);
         if let Some(g) = gather.as_deref_mut() {
             // Before the end is read: every put registered by now is covered (if written), later ones may be.
-            (g.began_prev, g.began) = (g.began, gc.registered.load(Ordering::Acquire));
+            (g.began_prev, g.began) = (g.began, gc.registered.load(Ordering::SeqCst));
             g.expect = 0; // unless this round flushes
         }
         let target = self.commitlog.max_offset();
@@ -167,7 +167,7 @@ impl MessageStore {
         if let Some(g) = gather {
             // Read before the notify below: the producers this flush served cannot have registered again yet.
             g.last_flush = started.elapsed();
-            g.expect = gc.registered.load(Ordering::Acquire) - g.began_prev;
+            g.expect = gc.registered.load(Ordering::SeqCst) - g.began_prev;
         }
         gc.groups.fetch_add(1, Ordering::Relaxed);
         self.flushed_offset.fetch_max(target, Ordering::AcqRel);
