@@ -28,8 +28,8 @@
 //! Without the service (services not started, or stopped by `close`), a SYNC_FLUSH put flushes its own range
 //! inline before returning, whatever its `WAIT` (the per-put msync the service replaces).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::ServiceThread;
@@ -64,9 +64,10 @@ pub(crate) struct GroupCommit {
     running: AtomicBool,
     /// The service's wake-up signal, while it runs.
     service: Mutex<Option<Arc<ServiceThread>>>,
-    /// Guards the completion wait (`done`): the service takes it after advancing `flushed_offset`.
-    lock: Mutex<()>,
-    done: Condvar,
+    /// What waiting puts sleep on: advanced, waking every one of them at once, after each flush (and when the
+    /// store is poisoned or the service stops). The woken do not queue on a lock to find out whether the flush
+    /// covered them, as they would behind a condition variable's mutex.
+    flushes: FlushSeq,
     /// Puts waiting for a flush now.
     waiting: AtomicUsize,
     /// Store time of the newest SYNC_FLUSH put appended (for the checkpoint's physicMsgTimestamp).
@@ -89,9 +90,10 @@ impl GroupCommit {
         }
     }
 
+    /// Wakes every waiting put: each finds its flush done, the store poisoned, or the service gone, or
+    /// sleeps again.
     fn notify(&self) {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.done.notify_all();
+        self.flushes.advance();
     }
 }
 
@@ -204,8 +206,10 @@ impl MessageStore {
             gc.wakeup();
         }
         let deadline = Instant::now() + Duration::from_millis(self.config.sync_flush.sync_flush_timeout);
-        let mut g = gc.lock.lock().unwrap_or_else(|p| p.into_inner());
         let status = loop {
+            // The sequence before the checks: a flush (or poisoning, or stop) after them has advanced it, so
+            // the wait below returns at once.
+            let seen = gc.flushes.current();
             if self.flushed_offset.load(Ordering::Acquire) >= end {
                 break PutMessageStatus::PutOk;
             }
@@ -213,7 +217,6 @@ impl MessageStore {
                 break PutMessageStatus::FlushDiskTimeout;
             }
             if !gc.running.load(Ordering::Acquire) {
-                drop(g);
                 gc.waiting.fetch_sub(1, Ordering::AcqRel);
                 return self.flush_inline(dirty_from, end);
             }
@@ -221,9 +224,8 @@ impl MessageStore {
             if now >= deadline {
                 break PutMessageStatus::FlushDiskTimeout;
             }
-            g = gc.done.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            gc.flushes.wait(seen, deadline - now);
         };
-        drop(g);
         gc.waiting.fetch_sub(1, Ordering::AcqRel);
         status
     }
@@ -279,5 +281,69 @@ impl MessageStore {
             }
         }
         gc.gather_until.store(0, Ordering::SeqCst);
+    }
+}
+
+/// A sequence that waiting puts sleep on until it moves (a futex on Linux: one system call wakes them all).
+#[derive(Debug, Default)]
+struct FlushSeq {
+    seq: AtomicU32,
+    #[cfg(not(target_os = "linux"))]
+    fallback: (Mutex<()>, std::sync::Condvar),
+}
+
+impl FlushSeq {
+    fn current(&self) -> u32 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    /// Moves the sequence on and wakes every sleeper.
+    fn advance(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            self.seq.fetch_add(1, Ordering::Release);
+            #[allow(unsafe_code)]
+            // SAFETY: FUTEX_WAKE only reads the address of a live `AtomicU32` (it is not dereferenced as anything
+            // else); no memory is written; extra arguments are ignored by this operation.
+            let _ = unsafe {
+                libc::syscall(libc::SYS_futex, self.seq.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX)
+            };
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _g = self.fallback.0.lock().unwrap_or_else(|p| p.into_inner());
+            self.seq.fetch_add(1, Ordering::Release);
+            self.fallback.1.notify_all();
+        }
+    }
+
+    /// Sleeps while the sequence is still `seen`, at most `timeout` (it may also return early).
+    fn wait(&self, seen: u32, timeout: Duration) {
+        #[cfg(target_os = "linux")]
+        {
+            let ts = libc::timespec {
+                tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+                tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+            };
+            #[allow(unsafe_code)]
+            // SAFETY: FUTEX_WAIT reads the live `AtomicU32` at the address (atomically, in the kernel) and the
+            // `timespec` on this stack frame, both valid for the call; nothing is written to user memory.
+            let _ = unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.seq.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    seen,
+                    &ts as *const libc::timespec,
+                )
+            };
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let g = self.fallback.0.lock().unwrap_or_else(|p| p.into_inner());
+            if self.seq.load(Ordering::Acquire) == seen {
+                let _ = self.fallback.1.wait_timeout(g, timeout);
+            }
+        }
     }
 }
