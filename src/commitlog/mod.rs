@@ -57,6 +57,8 @@ pub struct Appended {
 const WARM_AHEAD: u64 = 32 * 1024 * 1024;
 /// Granularity of one prefault call.
 const WARM_CHUNK: u64 = 2 * 1024 * 1024;
+/// Under SYNC_FLUSH, the warm service's write-back of what it faulted in goes in steps of this many bytes.
+const WRITE_BACK_STEP: u64 = 256 * 1024;
 
 /// Page warm-up (RocketMQ pre-touches its mapped files too): appends request that the pages just ahead of the
 /// write position be faulted in, and the store's `warm` service does it ([`CommitLog::warm_round`]), so puts
@@ -554,7 +556,8 @@ impl CommitLog {
     }
 
     /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
-    /// bytes, in chunks of [`WARM_CHUNK`]); under SYNC_FLUSH, writes each chunk back too ([`MappedFile::write_back`]).
+    /// bytes, in chunks of [`WARM_CHUNK`]); under SYNC_FLUSH, writes each chunk back too, in steps of
+    /// [`WRITE_BACK_STEP`] ([`MappedFile::write_back`]).
     /// Returns the bytes faulted in.
     pub fn warm_round(&self) -> u64 {
         let _round = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
@@ -566,7 +569,13 @@ impl CommitLog {
             let end = target.min(file.end()).min(done + WARM_CHUNK);
             file.prefault((done - file.start()) as usize, (end - done) as usize);
             if self.cfg.flush_disk_type == FlushDiskType::SyncFlush {
-                file.write_back((done - file.start()) as usize, (end - done) as usize);
+                // In small steps, each waited for: a put's flush queues behind at most one of them.
+                let mut at = done;
+                while at < end {
+                    let step = (end - at).min(WRITE_BACK_STEP);
+                    file.write_back((at - file.start()) as usize, step as usize);
+                    at += step;
+                }
             }
             done = end;
         }
