@@ -383,7 +383,7 @@ impl MappedFile {
     /// Starts writing back the dirty pages of bytes `[pos, pos + len)` and waits for it, without making
     /// anything durable (`sync_file_range`, no `fdatasync`): the warm service's conversion, under SYNC_FLUSH,
     /// of the pages it faulted in (zeros) from claimed-but-unwritten space into written blocks, so that the
-    /// group commit's flushes later in that range change no extent and commit no filesystem journal. Best
+    /// group commit's flushes later in that range change no extent (no journal commit, no extent block). Best
     /// effort: an error is the next flush's to report.
     pub fn write_back(&self, pos: usize, len: usize) {
         #[cfg(target_os = "linux")]
