@@ -290,9 +290,11 @@ impl CommitLog {
         file.write_commit_word(pos, word)?;
         *wrote = first_offset + total;
         self.max_offset.store(*wrote, Ordering::Release);
-        let ahead = self.warm_ahead();
-        if self.warm_enabled && *wrote + ahead / 2 > self.warm.requested.load(Ordering::Relaxed) {
-            self.warm.requested.fetch_max(*wrote + ahead, Ordering::AcqRel);
+        if self.warm_enabled {
+            let ahead = self.warm_ahead();
+            if *wrote + ahead / 2 > self.warm.requested.load(Ordering::Relaxed) {
+                self.warm.requested.fetch_max(*wrote + ahead, Ordering::AcqRel);
+            }
         }
         Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from })
     }

@@ -28,6 +28,7 @@
 //!
 //! Waiting puts sleep on one futex (`FlushSeq`) that every flush advances: one system call wakes them all,
 //! and none queues on a mutex to learn whether it is done, as behind a condition variable.
+//!
 //! Without the service (services not started, or stopped by `close`), a SYNC_FLUSH put flushes its own range
 //! inline before returning, whatever its `WAIT` (the per-put msync the service replaces).
 
@@ -76,7 +77,7 @@ pub(crate) struct GroupCommit {
     /// Store time of the newest SYNC_FLUSH put appended (for the checkpoint's physicMsgTimestamp).
     written_timestamp: AtomicI64,
     /// Flushes the service made (each covers every request waiting when it began).
-    groups: std::sync::atomic::AtomicU64,
+    groups: AtomicU64,
     /// Waiting puts registered since the store opened (the gather's count of arrivals).
     registered: AtomicU64,
     /// Rounds whose gather waited for producers (observation and tests).
