@@ -2,6 +2,7 @@
 //! (`MappedFileQueue`). All file-name rules live here.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
@@ -27,6 +28,8 @@ pub struct FileQueue {
     file_size: u64,
     files: RwLock<Vec<Arc<MappedFile>>>,
     storage: Storage,
+    /// How many times segments left the queue (a [`SegmentCache`] holding one is stale once this moves).
+    removals: AtomicU64,
 }
 
 impl FileQueue {
@@ -43,7 +46,13 @@ impl FileQueue {
     pub fn load_in(storage: Storage, dir: &Path, file_size: u64) -> Result<Self> {
         let overlay = storage == Storage::Overlay;
         if overlay && !dir.exists() {
-            return Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(Vec::new()), storage });
+            return Ok(FileQueue {
+                dir: dir.to_owned(),
+                file_size,
+                files: RwLock::new(Vec::new()),
+                storage,
+                removals: AtomicU64::new(0),
+            });
         }
         if !overlay {
             crate::mmap::create_dir_durable(dir)?;
@@ -104,7 +113,13 @@ impl FileQueue {
             }
             files.push(Arc::new(MappedFile::open_in(storage, &path, start, file_size)?));
         }
-        Ok(FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(files), storage })
+        Ok(FileQueue {
+            dir: dir.to_owned(),
+            file_size,
+            files: RwLock::new(files),
+            storage,
+            removals: AtomicU64::new(0),
+        })
     }
 
     /// The directory.
@@ -144,6 +159,13 @@ impl FileQueue {
     /// Global offset of the first byte of the first segment (0 when empty).
     pub fn min_offset(&self) -> u64 {
         self.first().map(|f| f.start()).unwrap_or(0)
+    }
+
+    /// Counts segments leaving the queue (under its write lock).
+    fn removed(&self, count: usize) {
+        if count > 0 {
+            self.removals.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// The segment holding global `offset`.
@@ -189,6 +211,7 @@ impl FileQueue {
         let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let keep = files.iter().take_while(|f| f.start() <= offset).count();
         let removed: Vec<_> = files.drain(keep..).collect();
+        self.removed(removed.len());
         for f in &removed {
             f.delete_on_drop();
         }
@@ -202,6 +225,7 @@ impl FileQueue {
             return None;
         }
         let f = files.remove(0);
+        self.removed(1);
         f.delete_on_drop();
         Some(f)
     }
@@ -220,6 +244,7 @@ impl FileQueue {
             if files.len() <= 1 {
                 return Ok(None);
             }
+            self.removed(1);
             files.remove(0)
         };
         std::fs::remove_file(f.path()).map_err(|e| Error::io(f.path(), e))?;
@@ -237,6 +262,7 @@ impl FileQueue {
         let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let gone = files.iter().take_while(|f| !f.path().exists()).count();
         files.drain(..gone);
+        self.removed(gone);
         let mut added = 0;
         loop {
             let start = match files.last() {
@@ -281,6 +307,35 @@ impl FileQueue {
         let file = Arc::new(MappedFile::create_in(self.storage, &path, start, self.file_size)?);
         files.push(file.clone());
         Ok(file)
+    }
+}
+
+/// The segment a sequential writer or reader is in, kept from one lookup to the next: a lookup inside it costs
+/// one atomic load instead of the queue's lock and a reference count taken and dropped (the put path and the
+/// dispatcher each look their segment up per record, and on two cores those shared counters bounce between
+/// them). Stale once a segment leaves the queue (retention, truncation): the next lookup asks the queue.
+#[derive(Debug, Default)]
+pub struct SegmentCache {
+    file: Option<Arc<MappedFile>>,
+    removals: u64,
+}
+
+impl SegmentCache {
+    /// The segment of `queue` holding `offset`, as [`FileQueue::find`] finds it.
+    pub fn find<'a>(&'a mut self, queue: &FileQueue, offset: u64) -> Option<&'a Arc<MappedFile>> {
+        let removals = queue.removals.load(Ordering::Acquire);
+        let hit = self.file.as_ref().is_some_and(|f| f.start() <= offset && offset < f.end());
+        if !hit || removals != self.removals {
+            self.file = queue.find(offset);
+            self.removals = removals;
+        }
+        self.file.as_ref()
+    }
+
+    /// Keeps `file` (a segment of the queue the cache is used with) as the current one.
+    pub fn set(&mut self, queue: &FileQueue, file: Arc<MappedFile>) {
+        self.removals = queue.removals.load(Ordering::Acquire);
+        self.file = Some(file);
     }
 }
 

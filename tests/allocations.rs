@@ -64,7 +64,7 @@ fn allocations_per_message_on_the_hot_paths() {
     per_call(1_000, put);
     while store.dispatch(u64::MAX, false).unwrap().records > 0 {}
     let puts = per_call(10_000, |i| put(1_000 + i));
-    // Rounds as the reput service runs them (4,096 records at most): large enough that the index is built on
+    // Rounds of 4,096 records (the reput service's hold up to 32,768): large enough that the index is built on
     // a second thread, whose allocations count too.
     let (dispatch_rounds, dispatch) = {
         let before = allocations();

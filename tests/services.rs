@@ -170,6 +170,42 @@ fn the_warm_service_faults_in_pages_ahead_of_the_writes() {
     store.close().unwrap();
 }
 
+/// Page faults the calling thread has taken (minor and major).
+#[allow(unsafe_code)]
+fn thread_faults() -> i64 {
+    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD with a pointer to a live, writable rusage.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    ru.ru_minflt + ru.ru_majflt
+}
+
+#[test]
+fn the_warm_service_warms_a_new_segment_before_the_puts_reach_its_pages() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    // Smaller than the warm distance: the warm round that reaches the end of the first segment finds no next one.
+    cfg.commit_log.mapped_file_size_commit_log = 8 * 1024 * 1024;
+    let store = Arc::new(MessageStore::open(dir.path(), cfg).unwrap());
+    store.start_services().unwrap();
+    let body = vec![b'w'; 60 * 1024];
+    let put = || store.put(&PutMessage::new("Warm", 0, &body)).unwrap();
+    while store.commitlog().max_offset() < 8 * 1024 * 1024 {
+        put();
+        eventually("the warmer is idle", || !store.commitlog().warm_wanted());
+    }
+    eventually("the warmer is idle", || !store.commitlog().warm_wanted());
+    // 2 MiB into the new segment, from this thread: its pages were faulted in by the warm service.
+    let before = thread_faults();
+    for _ in 0..32 {
+        put();
+    }
+    let faults = thread_faults() - before;
+    assert!(faults < 8, "the puts into the new segment took {faults} page faults themselves");
+    store.close().unwrap();
+}
+
 /// A config whose flush services run every few ms (thorough rounds only when a test says).
 fn fast_flush(root_cfg: rmq::config::StoreConfig) -> rmq::config::StoreConfig {
     let mut c = root_cfg;

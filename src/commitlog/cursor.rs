@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use crate::file_queue::FileQueue;
+use crate::file_queue::{FileQueue, SegmentCache};
 use crate::message::decode::{check_record, property_crc_ok, CheckOptions, Invalid, RecordCheck};
 use crate::message::properties::{self, keys};
 use crate::message::{pos, RecordHeader, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
@@ -52,12 +52,13 @@ pub struct Cursor<'a> {
     offset: u64,
     limit: u64,
     opts: CheckOptions,
+    segment: SegmentCache,
 }
 
 impl<'a> Cursor<'a> {
     /// A cursor at `offset` that reads no byte at or beyond `limit`, checking records with `opts`.
     pub fn new(queue: &'a FileQueue, offset: u64, limit: u64, opts: CheckOptions) -> Self {
-        Cursor { queue, offset, limit, opts }
+        Cursor { queue, offset, limit, opts, segment: SegmentCache::default() }
     }
 
     /// The current position.
@@ -78,12 +79,12 @@ impl<'a> Cursor<'a> {
                 return None;
             }
             let offset = self.offset;
-            let Some(file) = self.queue.find(offset) else { return Some(Step::Missing { offset }) };
+            let Some(file) = self.segment.find(self.queue, offset) else { return Some(Step::Missing { offset }) };
             if file.end() - offset < END_FILE_MIN_BLANK_LENGTH as u64 {
                 self.offset = file.end();
                 continue;
             }
-            let step = at(&file, offset, self.limit, self.opts);
+            let step = at(file, offset, self.limit, self.opts);
             match &step {
                 Step::Record(r) => self.offset = offset + r.header.total_size as u64,
                 Step::Blank { .. } => self.offset = file.end(),

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{CommitLogConfig, FlushDiskType};
 use crate::error::{Error, Result};
-use crate::file_queue::FileQueue;
+use crate::file_queue::{FileQueue, SegmentCache};
 use crate::message::decode::{check_record, CheckOptions, RecordCheck};
 use crate::message::encode::{finish_record, EncodedRecord};
 use crate::message::{RecordHeader, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH};
@@ -51,6 +51,10 @@ pub struct Appended {
     pub store_timestamp: i64,
     /// Start of everything this append wrote, including an end-of-file blank.
     pub dirty_from: u64,
+    /// Whether the append asked the `warm` service for pages it has not faulted in yet (it moved the
+    /// requested position, or opened a segment the warm service could not reach before it existed): the
+    /// caller wakes the service.
+    pub wake_warm: bool,
 }
 
 /// How far ahead of the write position pages are faulted in by the warm service.
@@ -76,6 +80,13 @@ struct Warm {
     round: Mutex<()>,
 }
 
+/// What the put lock guards: the write position and the segment it is in.
+#[derive(Debug, Default)]
+struct WritePos {
+    at: u64,
+    segment: SegmentCache,
+}
+
 /// What a [`CommitLog::flush_pages`] round saw and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlushPages {
@@ -99,7 +110,7 @@ pub struct CommitLog {
     warm_enabled: bool,
     cfg: CommitLogConfig,
     /// The put lock; guards the write position, which is always the published `max_offset` once a put returns.
-    writer: Mutex<u64>,
+    writer: Mutex<WritePos>,
     /// Everything below this offset is fully written (readers' limit).
     max_offset: AtomicU64,
     /// Everything below this offset was flushed to disk (RocketMQ's `flushedWhere`).
@@ -157,7 +168,7 @@ impl CommitLog {
             warm: Warm::default(),
             warm_enabled: opts.storage == crate::mmap::Storage::Disk,
             cfg,
-            writer: Mutex::new(0),
+            writer: Mutex::new(WritePos::default()),
             max_offset: AtomicU64::new(0),
             flushed_where: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
@@ -165,7 +176,7 @@ impl CommitLog {
             pool: None,
         };
         let report = log.recover(opts, visit)?;
-        *log.lock_writer() = report.end_offset;
+        log.lock_writer().at = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
         log.flushed_where.store(report.end_offset, Ordering::Release);
         log.warm.done.store(report.end_offset, Ordering::Release);
@@ -173,7 +184,7 @@ impl CommitLog {
         Ok((log, report))
     }
 
-    fn lock_writer(&self) -> std::sync::MutexGuard<'_, u64> {
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, WritePos> {
         self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -183,7 +194,8 @@ impl CommitLog {
     /// the new end.
     pub fn refresh(&self) -> Result<u64> {
         self.queue.refresh()?;
-        let mut end = self.lock_writer();
+        let mut w = self.lock_writer();
+        let end = &mut w.at;
         let Some(last) = self.queue.last() else { return Ok(*end) };
         let mut cursor =
             Cursor::new(&self.queue, (*end).max(self.queue.min_offset()), last.end(), self.check_options());
@@ -253,17 +265,19 @@ impl CommitLog {
                 "{total} bytes cannot fit in a commitlog segment of {file_size} bytes (8 are kept for the end-of-file blank)"
             )));
         }
-        let mut wrote = self.lock_writer();
+        let mut w = self.lock_writer();
+        let WritePos { at: wrote, segment } = &mut *w;
         if let Some(pw) = &self.pool {
-            return self.append_pooled(pw, &mut wrote, buf, records, queue_offset);
+            return self.append_pooled(pw, wrote, segment, buf, records, queue_offset);
         }
         let dirty_from = *wrote;
-        let mut file = self.writable_file(*wrote)?;
+        let mut file = self.writable_file(segment, *wrote)?;
         let mut pos = (*wrote - file.start()) as usize;
         let remaining = file.end() - *wrote;
-        if total + END_FILE_MIN_BLANK_LENGTH as u64 > remaining {
+        let rolled = total + END_FILE_MIN_BLANK_LENGTH as u64 > remaining;
+        if rolled {
             // Create the next segment before touching this one, so a failure changes nothing.
-            let next = match self.queue.next_after(&file) {
+            let next = match self.queue.next_after(file) {
                 Some(next) => next,
                 None => self.queue.create(file.end())?,
             };
@@ -275,7 +289,8 @@ impl CommitLog {
             }
             *wrote = file.end();
             self.max_offset.store(*wrote, Ordering::Release);
-            file = next;
+            segment.set(&self.queue, next);
+            file = self.writable_file(segment, *wrote)?;
             pos = 0;
         }
         let first_offset = *wrote;
@@ -290,13 +305,16 @@ impl CommitLog {
         file.write_commit_word(pos, word)?;
         *wrote = first_offset + total;
         self.max_offset.store(*wrote, Ordering::Release);
+        // A new segment: the warm round that reached the end of the last one stopped there (see `warm_round`).
+        let mut wake_warm = rolled && self.warm_enabled;
         if self.warm_enabled {
             let ahead = self.warm_ahead();
             if *wrote + ahead / 2 > self.warm.requested.load(Ordering::Relaxed) {
                 self.warm.requested.fetch_max(*wrote + ahead, Ordering::AcqRel);
+                wake_warm = true;
             }
         }
-        Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from })
+        Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from, wake_warm })
     }
 
     /// Turns the transient store pool on: later appends write into its buffers, and readers see what
@@ -313,7 +331,7 @@ impl CommitLog {
     /// The write position: one past the last byte appended (ahead of [`max_offset`](Self::max_offset), the
     /// committed position, while the transient store pool holds uncommitted bytes).
     pub fn wrote_offset(&self) -> u64 {
-        *self.lock_writer()
+        self.lock_writer().at
     }
 
     /// The committed position (RocketMQ's `committedWhere`): what readers see and flushes cover. Without the
@@ -328,6 +346,7 @@ impl CommitLog {
         &self,
         pw: &PoolWriter,
         wrote: &mut u64,
+        segment: &mut SegmentCache,
         buf: &mut [u8],
         records: &[EncodedRecord],
         queue_offset: impl Fn(usize) -> i64,
@@ -335,7 +354,7 @@ impl CommitLog {
         let total = buf.len() as u64;
         let dirty_from = *wrote;
         let mut active = pw.active.lock().unwrap_or_else(|p| p.into_inner());
-        let mut file = self.writable_file(*wrote)?;
+        let mut file = Arc::clone(self.writable_file(segment, *wrote)?);
         let remaining = file.end() - *wrote;
         if total + END_FILE_MIN_BLANK_LENGTH as u64 > remaining {
             let next = match self.queue.next_after(&file) {
@@ -366,7 +385,8 @@ impl CommitLog {
         a.buf[pos..pos + buf.len()].copy_from_slice(buf);
         *wrote = first_offset + total;
         a.wrote = *wrote;
-        Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from })
+        // The pool writes into its buffers, not the mapping: nothing to warm.
+        Ok(Appended { first_offset, wrote_bytes: total, store_timestamp, dirty_from, wake_warm: false })
     }
 
     /// The active buffer for `file` (borrowed if there is none yet), whose content starts at `at`.
@@ -435,18 +455,20 @@ impl CommitLog {
         }
     }
 
-    /// The segment to write at `offset`, created if it does not exist yet.
-    fn writable_file(&self, offset: u64) -> Result<Arc<MappedFile>> {
-        match self.queue.find(offset) {
-            Some(f) if offset < f.end() => Ok(f),
-            _ => {
-                let start = offset - offset % self.file_size();
-                match self.queue.find(start) {
-                    Some(f) => Ok(f),
-                    None => self.queue.create(start),
-                }
-            }
+    /// The segment to write at `offset` (kept in `segment` from put to put), created if it does not exist yet.
+    fn writable_file<'a>(&self, segment: &'a mut SegmentCache, offset: u64) -> Result<&'a Arc<MappedFile>> {
+        if segment.find(&self.queue, offset).is_none() {
+            let start = offset - offset % self.file_size();
+            let file = match self.queue.find(start) {
+                Some(f) => f,
+                None => self.queue.create(start)?,
+            };
+            segment.set(&self.queue, file);
         }
+        segment.find(&self.queue, offset).ok_or_else(|| Error::InvalidOffset {
+            offset: offset as i64,
+            reason: "no commitlog segment holds the write position".into(),
+        })
     }
 
     /// Flushes `[from, to)` to disk, segment by segment.
@@ -481,8 +503,8 @@ impl CommitLog {
     pub fn flush_pages(&self, least_pages: u64) -> Result<FlushPages> {
         let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         let (end, wrote, clock) = {
-            let wrote = self.lock_writer();
-            (self.max_offset(), *wrote, now_ms())
+            let w = self.lock_writer();
+            (self.max_offset(), w.at, now_ms())
         };
         let at = self.queue.flush_pages(self.flushed_where(), end, least_pages)?;
         self.flushed_where.fetch_max(at, Ordering::AcqRel);
@@ -556,9 +578,11 @@ impl CommitLog {
 }
 
 impl CommitLog {
-    /// Whether appends requested pages that are not warmed yet (the `warm` service has work).
+    /// Whether appends requested pages that the `warm` service could fault in and has not yet (pages of a
+    /// segment that does not exist yet wait for it).
     pub fn warm_wanted(&self) -> bool {
-        self.warm.requested.load(Ordering::Acquire) > self.warm.done.load(Ordering::Acquire)
+        let done = self.warm.done.load(Ordering::Acquire);
+        self.warm.requested.load(Ordering::Acquire) > done && self.queue.find(done).is_some()
     }
 
     /// How far ahead of the write position the warm service works.
@@ -571,8 +595,9 @@ impl CommitLog {
 
     /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
     /// bytes, [`WARM_AHEAD_SYNC`] under SYNC_FLUSH, in chunks of [`WARM_CHUNK`]); under SYNC_FLUSH, writes each
-    /// chunk back too, in steps of [`WRITE_BACK_STEP`] ([`MappedFile::write_back`]). Returns the bytes faulted
-    /// in.
+    /// chunk back too, in steps of [`WRITE_BACK_STEP`] ([`MappedFile::write_back`]). The round stops at the end
+    /// of the last segment: the rest of the request waits for the append that creates the next one, which
+    /// wakes the service again ([`Appended::wake_warm`]). Returns the bytes faulted in.
     pub fn warm_round(&self) -> u64 {
         let _round = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.warm.requested.load(Ordering::Acquire);
@@ -593,7 +618,7 @@ impl CommitLog {
             }
             done = end;
         }
-        self.warm.done.fetch_max(target, Ordering::AcqRel);
+        self.warm.done.fetch_max(done, Ordering::AcqRel);
         done - start
     }
 }

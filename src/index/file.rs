@@ -560,6 +560,11 @@ impl IndexFile {
         HEADER_SIZE + self.slot_num as usize * SLOT_SIZE + n.max(0) as usize * ENTRY_SIZE
     }
 
+    /// Starts loading `key_hash`'s slot into the CPU's caches (a hint; see [`MappedFile::prefetch`]).
+    pub fn prefetch_slot(&self, key_hash: i32) {
+        self.map.prefetch(self.slot_pos(key_hash), SLOT_SIZE);
+    }
+
     fn slot(&self, key_hash: i32) -> Option<i32> {
         be_i32(self.map.slice(self.slot_pos(key_hash), SLOT_SIZE)?, 0)
     }
@@ -621,10 +626,10 @@ impl IndexWriter<'_> {
         e[4..12].copy_from_slice(&phy_offset.to_be_bytes());
         e[12..16].copy_from_slice(&time_diff.to_be_bytes());
         e[16..20].copy_from_slice(&slot_value.to_be_bytes());
-        if !f.map.write(f.entry_pos(h.index_count), &e) {
+        if f.map.write_array(f.entry_pos(h.index_count), &e).is_err() {
             return false;
         }
-        f.map.write(slot_pos, &h.index_count.to_be_bytes());
+        let _ = f.map.write_array(slot_pos, &h.index_count.to_be_bytes());
         if h.index_count <= 1 {
             h.begin_phy_offset = phy_offset;
             h.begin_timestamp = store_timestamp;
@@ -635,7 +640,7 @@ impl IndexWriter<'_> {
         h.index_count += 1;
         h.end_phy_offset = phy_offset;
         h.end_timestamp = store_timestamp;
-        f.map.write(0, &h.encode());
+        let _ = f.map.write_array(0, &h.encode());
         true
     }
 

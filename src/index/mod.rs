@@ -24,7 +24,7 @@ mod file;
 mod service;
 
 pub use file::{Candidate, IndexDamage, IndexFile, IndexHeader, IndexWriter};
-pub use service::{IndexService, MessageKeys, QueryOffsetResult};
+pub use service::{IndexService, MessageKeys, QueryOffsetResult, RawKeys};
 
 use crate::error::{Error, Result};
 use crate::message::TransactionType;
@@ -108,12 +108,16 @@ pub(crate) fn hash_continue(h: i32, s: &str) -> i32 {
     if !s.is_ascii() {
         return s.encode_utf16().fold(h, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
     }
+    hash_continue_ascii(h, s.as_bytes())
+}
+
+/// [`hash_continue`] over ASCII bytes (one UTF-16 unit each; the caller checked they are ASCII).
+pub(crate) fn hash_continue_ascii(h: i32, bytes: &[u8]) -> i32 {
     // Four units per step: 31⁴·h + 31³·c0 + 31²·c1 + 31·c2 + c3 equals four single steps in wrapping
     // arithmetic, with a quarter of the dependent multiplies.
     const P2: i32 = 31 * 31;
     const P3: i32 = 31 * 31 * 31;
     const P4: i32 = 31 * 31 * 31 * 31;
-    let bytes = s.as_bytes();
     let mut chunks = bytes.chunks_exact(4);
     let mut h = h;
     for c in &mut chunks {
@@ -140,7 +144,12 @@ pub fn key_hash(topic: &str, key: &str) -> i32 {
 
 /// [`key_hash`] from the topic's own `String.hashCode()`, so a message's keys share one topic hash.
 pub(crate) fn key_hash_from(topic_hash: i32, key: &str) -> i32 {
-    abs_hash(hash_continue(topic_hash.wrapping_mul(31).wrapping_add(i32::from(b'#')), key))
+    abs_hash(hash_continue(key_seed(topic_hash), key))
+}
+
+/// The hash of `topic#` from the topic's `String.hashCode()`: where every key of the topic continues.
+pub(crate) fn key_seed(topic_hash: i32) -> i32 {
+    topic_hash.wrapping_mul(31).wrapping_add(i32::from(b'#'))
 }
 
 /// Local broken-down time of `ms` (since the epoch): (year, month 1–12, day, hour, minute, second).

@@ -11,12 +11,79 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use super::{
-    hash_continue, index_file_name, key_hash_from, parse_index_file_name, Candidate, IndexConfig, IndexDamage,
-    IndexFile, IndexRequest,
+    abs_hash, hash_continue, hash_continue_ascii, index_file_name, key_hash_from, key_seed, parse_index_file_name,
+    Candidate, IndexConfig, IndexDamage, IndexFile, IndexRequest,
 };
 use crate::error::{Error, Result};
+use crate::java::decode_utf8_lossy;
 use crate::message::TransactionType;
 use crate::mmap::Storage;
+
+/// How many keys ahead of the one being put [`IndexService::build_many`] prefetches a slot.
+const PREFETCH_AHEAD: usize = 8;
+
+thread_local! {
+    /// The hashed keys of this thread's last [`IndexService::build_many`], kept so that a build allocates none.
+    static HASHED: std::cell::Cell<Hashed> = std::cell::Cell::new(Hashed::default());
+}
+
+/// Messages with their keys hashed: `(commitlog offset, store timestamp, first hash, end of hashes)` each, the
+/// hashes of all of them in `hashes` (UNIQ_KEY first, then each non-empty KEYS token, as `buildIndex` puts them).
+#[derive(Debug, Default)]
+struct Hashed {
+    messages: Vec<(i64, i64, u32, u32)>,
+    hashes: Vec<i32>,
+}
+
+impl Hashed {
+    /// Empties the buffers and makes room for `messages` messages (a new thread's first build allocates
+    /// twice, not once per doubling).
+    fn reserve(&mut self, messages: usize) {
+        self.messages.clear();
+        self.hashes.clear();
+        self.messages.reserve(messages);
+        self.hashes.reserve(messages * 4);
+    }
+
+    fn push(&mut self, m: &MessageKeys<'_>) {
+        let from = self.hashes.len() as u32;
+        let tokens = m.keys.as_deref().into_iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
+        let keys = m.uniq_key.as_deref().into_iter().chain(tokens);
+        self.hashes.extend(keys.map(|k| key_hash_from(m.topic_hash, k)));
+        self.messages.push((m.commitlog_offset, m.store_timestamp, from, self.hashes.len() as u32));
+    }
+
+    /// [`push`](Self::push) of a message's keys as stored (UTF-8 bytes): ASCII keys (the rule) are hashed from
+    /// their bytes, with no decoding; others are decoded as Java decodes them first.
+    fn push_raw(&mut self, keys: &RawKeys<'_>) {
+        let RawKeys { topic_hash, commitlog_offset, store_timestamp, uniq_key, keys: text } = *keys;
+        if !uniq_key.is_none_or(<[u8]>::is_ascii) || !text.is_none_or(<[u8]>::is_ascii) {
+            let (uniq_key, keys) = (uniq_key.map(decode_utf8_lossy), text.map(decode_utf8_lossy));
+            return self.push(&MessageKeys { topic_hash, commitlog_offset, store_timestamp, uniq_key, keys });
+        }
+        let from = self.hashes.len() as u32;
+        let seed = key_seed(topic_hash);
+        let tokens = text.into_iter().flat_map(|k| k.split(|&b| b == b' ')).filter(|t| !t.is_empty());
+        let keys = uniq_key.into_iter().chain(tokens);
+        self.hashes.extend(keys.map(|k| abs_hash(hash_continue_ascii(seed, k))));
+        self.messages.push((commitlog_offset, store_timestamp, from, self.hashes.len() as u32));
+    }
+}
+
+/// One message's index keys as its record stores them (UTF-8 bytes), for [`IndexService::build_raw`].
+#[derive(Debug, Clone, Copy)]
+pub struct RawKeys<'a> {
+    /// `hash_continue(0, topic)`.
+    pub topic_hash: i32,
+    /// Commitlog offset of the record.
+    pub commitlog_offset: i64,
+    /// Store timestamp of the record (ms).
+    pub store_timestamp: i64,
+    /// The UNIQ_KEY property's bytes, if present.
+    pub uniq_key: Option<&'a [u8]>,
+    /// The KEYS property's bytes, if present.
+    pub keys: Option<&'a [u8]>,
+}
 
 /// What `queryOffset` returns: the matching commitlog offsets (newest first, deduplicated) and the newest
 /// file's end values (`indexLastUpdateTimestamp`, `indexLastUpdatePhyoffset`; 0 without files).
@@ -224,13 +291,45 @@ impl IndexService {
     /// of them (a dispatch round's chunk): the same entries as one call per message. Queries still interleave
     /// between messages (each message takes the file's header lock on its own).
     pub fn build_many<'k>(&self, msgs: impl IntoIterator<Item = MessageKeys<'k>>) -> Result<()> {
+        HASHED.with(|cell| {
+            // A nested build on this thread (none today) would find the buffers taken: it makes its own.
+            let mut hashed = cell.take();
+            let msgs = msgs.into_iter();
+            hashed.reserve(msgs.size_hint().0);
+            for m in msgs {
+                hashed.push(&m);
+            }
+            let built = self.build_hashed(&hashed);
+            cell.replace(hashed);
+            built
+        })
+    }
+
+    /// [`build_many`](Self::build_many) of keys as records store them (dispatch): decoded only when not ASCII.
+    pub fn build_raw<'k>(&self, msgs: impl IntoIterator<Item = RawKeys<'k>>) -> Result<()> {
+        HASHED.with(|cell| {
+            let mut hashed = cell.take();
+            let msgs = msgs.into_iter();
+            hashed.reserve(msgs.size_hint().0);
+            for m in msgs {
+                hashed.push_raw(&m);
+            }
+            let built = self.build_hashed(&hashed);
+            cell.replace(hashed);
+            built
+        })
+    }
+
+    /// [`build_many`](Self::build_many) of messages whose keys are hashed already. The slot of the key
+    /// [`PREFETCH_AHEAD`] places ahead is prefetched before each put: the slots of a file are spread over
+    /// megabytes, so a put's slot read is a cache miss, and a few in flight together cost little more than one.
+    fn build_hashed(&self, hashed: &Hashed) -> Result<()> {
         let mut current: Option<MutexGuard<'_, Option<Arc<IndexFile>>>> = None;
         let mut file: Option<Arc<IndexFile>> = None;
-        for m in msgs {
-            let tokens = m.keys.as_deref().into_iter().flat_map(|k| k.split(' ')).filter(|t| !t.is_empty());
-            let mut keys =
-                m.uniq_key.as_deref().into_iter().chain(tokens).map(|k| key_hash_from(m.topic_hash, k)).peekable();
-            if keys.peek().is_none() {
+        let hashes = hashed.hashes.as_slice();
+        for &(offset, ts, from, to) in &hashed.messages {
+            let (mut k, to) = (from as usize, to as usize);
+            if k == to {
                 continue;
             }
             let current = current.get_or_insert_with(|| self.lock_writer());
@@ -240,7 +339,6 @@ impl IndexService {
                 (Some(f), _) | (None, Some(f)) => Arc::clone(f),
                 (None, None) => self.roll(current)?,
             };
-            let (offset, ts) = (m.commitlog_offset, m.store_timestamp);
             let (end, has_entries) = {
                 let h = f.header();
                 (h.end_phy_offset, h.index_count > 1)
@@ -260,7 +358,11 @@ impl IndexService {
             loop {
                 let mut w = f.writer();
                 let mut rolled = false;
-                while let Some(&hash) = keys.peek() {
+                while k < to {
+                    let hash = hashes[k];
+                    if let Some(&ahead) = hashes.get(k + PREFETCH_AHEAD) {
+                        f.prefetch_slot(ahead);
+                    }
                     let seen = check_dup
                         && match &dup_file {
                             Some(d) if Arc::ptr_eq(d, &f) => w.contains(hash, offset),
@@ -278,7 +380,7 @@ impl IndexService {
                         rolled = true;
                         break;
                     }
-                    keys.next();
+                    k += 1;
                 }
                 drop(w);
                 if !rolled {
@@ -590,5 +692,71 @@ impl IndexService {
             f.delete_on_drop();
         }
         n
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn small() -> IndexConfig {
+        IndexConfig { max_hash_slot_num: 8, max_index_num: 24, max_msgs_num_batch: 64 }
+    }
+
+    /// Every file's bytes, oldest first.
+    fn contents(svc: &IndexService) -> Vec<Vec<u8>> {
+        svc.file_paths().iter().map(|p| std::fs::read(p).unwrap()).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Dispatch's path (keys as stored bytes, hashed without decoding when ASCII, a slot prefetched ahead)
+        /// writes the same files as `buildIndex` one message at a time from Java-decoded strings: ASCII,
+        /// non-ASCII and malformed UTF-8 keys, empty tokens, files rolling over.
+        #[test]
+        fn raw_keys_index_as_decoded_keys_do(
+            msgs in proptest::collection::vec(
+                (
+                    proptest::option::of(proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'Z'), Just(0xC3u8), Just(0xA9u8), Just(0xFFu8)], 0..6)),
+                    proptest::option::of(proptest::collection::vec(prop_oneof![Just(b'k'), Just(b' '), Just(b'7'), Just(0xE2u8), Just(0x82u8), Just(0xACu8), Just(0x80u8)], 0..12)),
+                ),
+                1..40,
+            )
+        ) {
+            let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let fixed = || 1_700_000_000_000;
+            let raw = IndexService::load_with_clock(a.path(), small(), fixed).unwrap();
+            let one = IndexService::load_with_clock(b.path(), small(), fixed).unwrap();
+            let topic = "Topic\u{e9}";
+            let topic_hash = hash_continue(0, topic);
+            let keys: Vec<RawKeys<'_>> = msgs
+                .iter()
+                .enumerate()
+                .map(|(i, (u, k))| RawKeys {
+                    topic_hash,
+                    commitlog_offset: 100 * i as i64,
+                    store_timestamp: 1_700_000_000_000 + 1_000 * i as i64,
+                    uniq_key: u.as_deref(),
+                    keys: k.as_deref(),
+                })
+                .collect();
+            raw.build_raw(keys.iter().copied()).unwrap();
+            for m in &keys {
+                let (u, k) = (m.uniq_key.map(decode_utf8_lossy), m.keys.map(decode_utf8_lossy));
+                one.build_index(&IndexRequest {
+                    topic,
+                    commitlog_offset: m.commitlog_offset,
+                    store_timestamp: m.store_timestamp,
+                    transaction: TransactionType::NotType,
+                    uniq_key: u.as_deref(),
+                    keys: k.as_deref(),
+                })
+                .unwrap();
+            }
+            prop_assert_eq!(contents(&raw), contents(&one));
+        }
     }
 }

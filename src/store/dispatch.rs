@@ -11,7 +11,7 @@ use crate::commitlog::cursor::{find_valid_record, nonzero_extent, Step};
 use crate::commitlog::CommitLog;
 use crate::consume_queue::{self, ConsumeQueue};
 use crate::error::{Error, Result};
-use crate::index::{IndexService, MessageKeys};
+use crate::index::{IndexService, RawKeys};
 use crate::java::decode_utf8_lossy;
 use crate::message::properties;
 use crate::message::tags::tags_code_of;
@@ -247,22 +247,15 @@ struct IndexItem {
     keys: Option<(u32, u32)>,
 }
 
-/// A message's index keys with UNIQ_KEY and KEYS decoded as Java decodes them (borrowed when they are valid
-/// UTF-8, the rule; only malformed keys allocate their decoding).
-fn message_keys<'a>(
+/// A message's index keys as its record stores them (the index decodes them only when they are not ASCII).
+fn raw_keys<'a>(
     topic_hash: i32,
     offset: i64,
     store_timestamp: i64,
     uniq: Option<&'a [u8]>,
     keys: Option<&'a [u8]>,
-) -> MessageKeys<'a> {
-    MessageKeys {
-        topic_hash,
-        commitlog_offset: offset,
-        store_timestamp,
-        uniq_key: uniq.map(decode_utf8_lossy),
-        keys: keys.map(decode_utf8_lossy),
-    }
+) -> RawKeys<'a> {
+    RawKeys { topic_hash, commitlog_offset: offset, store_timestamp, uniq_key: uniq, keys }
 }
 
 /// Messages whose keys go to the index builder together; cleared and reused.
@@ -289,10 +282,10 @@ impl IndexChunk {
 
     fn build(&self, index: &IndexService) -> Result<()> {
         let bytes = |r: Option<(u32, u32)>| r.map(|(a, b)| &self.bytes[a as usize..b as usize]);
-        index.build_many(
-            self.items.iter().map(|it| {
-                message_keys(it.topic_hash, it.offset, it.store_timestamp, bytes(it.uniq_key), bytes(it.keys))
-            }),
+        index.build_raw(
+            self.items
+                .iter()
+                .map(|it| raw_keys(it.topic_hash, it.offset, it.store_timestamp, bytes(it.uniq_key), bytes(it.keys))),
         )
     }
 
@@ -323,9 +316,7 @@ impl IndexSink<'_> {
     fn put(&mut self, topic_hash: i32, offset: i64, ts: i64, uniq: Option<&[u8]>, keys: Option<&[u8]>) -> Result<()> {
         match self {
             IndexSink::Off => Ok(()),
-            IndexSink::Inline(index) => {
-                index.build_many(std::iter::once(message_keys(topic_hash, offset, ts, uniq, keys)))
-            }
+            IndexSink::Inline(index) => index.build_raw(std::iter::once(raw_keys(topic_hash, offset, ts, uniq, keys))),
             IndexSink::Builder { chunk, pool, tx, back, .. } => {
                 chunk.push(topic_hash, offset, ts, uniq, keys);
                 if chunk.items.len() >= CHUNK {

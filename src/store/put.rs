@@ -495,7 +495,7 @@ impl MessageStore {
         if config.flush.wake_flush_when_put_message {
             self.services.wakeup(services::flush::NAME);
         }
-        if self.commitlog.warm_wanted() {
+        if appended.wake_warm {
             self.services.wakeup(services::warm::NAME);
         }
         Ok(PutResult {

@@ -15,8 +15,10 @@ use crate::store::MessageStore;
 
 /// The service's name in [`MessageStore::service_stats`].
 pub const NAME: &str = "reput";
-/// Records dispatched per round (the dispatch lock is released between rounds).
-pub const BATCH: u64 = 4096;
+/// Records dispatched per round (the dispatch lock is released between rounds). A round that builds the index
+/// on a second thread starts that thread and waits for it at the end, so a catching-up dispatch goes faster
+/// in larger rounds (32,768 records take 15-30 ms here; rounds of 4,096 were ~10 % slower to catch up).
+pub const BATCH: u64 = 32_768;
 /// Wait after a failed round.
 pub const RETRY: Duration = Duration::from_secs(1);
 /// Pause after a round that caught up with a stream of puts (so at most this much dispatch latency while
