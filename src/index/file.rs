@@ -304,19 +304,19 @@ impl IndexFile {
         Ok(())
     }
 
-    /// Whether the newest entries of `key_hash`'s slot that point at `phy_offset` include one for `key_hash`,
-    /// i.e. the key was already indexed for the message at `phy_offset` (the last one indexed).
+    /// Whether the file's newest entries, those of the message at `phy_offset` (the last one indexed, at
+    /// endPhyOffset), include one for `key_hash`: the key was indexed for that message already.
     pub fn contains(&self, key_hash: i32, phy_offset: i64) -> bool {
         let h = self.read();
         self.contains_in(&h, key_hash, phy_offset)
     }
 
+    /// A message's keys are put together and messages in commitlog order, so the keys of the last message are
+    /// the file's last entries: they are read back from the end, not through the slots, which damage can cut
+    /// (a zeroed slot would make the key look missing and a re-dispatch would put it twice).
     fn contains_in(&self, h: &IndexHeader, key_hash: i32, phy_offset: i64) -> bool {
-        let Some(mut n) = self.slot(key_hash) else { return false };
-        for _ in 0..h.index_count {
-            if n <= 0 || n >= h.index_count {
-                return false;
-            }
+        let mut n = h.index_count.saturating_sub(1);
+        while n >= 1 {
             let Some(e) = self.entry(n) else { return false };
             if e.phy_offset != phy_offset {
                 return false;
@@ -324,10 +324,7 @@ impl IndexFile {
             if e.key_hash == key_hash {
                 return true;
             }
-            if e.prev >= n {
-                return false;
-            }
-            n = e.prev;
+            n -= 1;
         }
         false
     }
