@@ -291,29 +291,23 @@ impl IndexService {
     /// of them (a dispatch round's chunk): the same entries as one call per message. Queries still interleave
     /// between messages (each message takes the file's header lock on its own).
     pub fn build_many<'k>(&self, msgs: impl IntoIterator<Item = MessageKeys<'k>>) -> Result<()> {
-        HASHED.with(|cell| {
-            // A nested build on this thread (none today) would find the buffers taken: it makes its own.
-            let mut hashed = cell.take();
-            let msgs = msgs.into_iter();
-            hashed.reserve(msgs.size_hint().0);
-            for m in msgs {
-                hashed.push(&m);
-            }
-            let built = self.build_hashed(&hashed);
-            cell.replace(hashed);
-            built
-        })
+        let msgs = msgs.into_iter();
+        self.build_with(msgs.size_hint().0, |hashed| msgs.for_each(|m| hashed.push(&m)))
     }
 
     /// [`build_many`](Self::build_many) of keys as records store them (dispatch): decoded only when not ASCII.
     pub fn build_raw<'k>(&self, msgs: impl IntoIterator<Item = RawKeys<'k>>) -> Result<()> {
+        let msgs = msgs.into_iter();
+        self.build_with(msgs.size_hint().0, |hashed| msgs.for_each(|m| hashed.push_raw(&m)))
+    }
+
+    /// Hashes about `messages` messages' keys with `fill` into this thread's reused buffers, then builds them.
+    fn build_with(&self, messages: usize, fill: impl FnOnce(&mut Hashed)) -> Result<()> {
         HASHED.with(|cell| {
+            // A nested build on this thread (none today) would find the buffers taken: it makes its own.
             let mut hashed = cell.take();
-            let msgs = msgs.into_iter();
-            hashed.reserve(msgs.size_hint().0);
-            for m in msgs {
-                hashed.push_raw(&m);
-            }
+            hashed.reserve(messages);
+            fill(&mut hashed);
             let built = self.build_hashed(&hashed);
             cell.replace(hashed);
             built
