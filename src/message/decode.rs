@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use super::encode::{parse_crc_value, CRC32_RESERVED_LEN};
 use super::properties::{self, keys};
-use super::{crc32, record_len, sysflag, TransactionType, BLANK_MAGIC, MAGIC_V1, MAGIC_V2};
+use super::{crc32, host_len, record_len, sysflag, TransactionType, BLANK_MAGIC, MAGIC_V1, MAGIC_V2};
 
 /// The fixed fields of a record plus where its variable parts lie (ranges relative to the record start).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,8 +176,19 @@ pub fn parse_header(buf: &[u8]) -> Result<RecordHeader, Invalid> {
     if total > buf.len() {
         return Err(Invalid::Truncated);
     }
-    // From here on, read only inside the record.
-    let mut r = Reader { buf: buf.get(..total).ok_or(Invalid::Truncated)?, at: 8 };
+    let record = buf.get(..total).ok_or(Invalid::Truncated)?;
+    match Fixed::of(record) {
+        Some(fixed) => fixed.header(record, total_size, magic),
+        // Too short for its fixed fields: read field by field, to say which one runs past the end.
+        None => parse_fields(record, total_size, magic),
+    }
+}
+
+/// The header of `record` (TOTALSIZE and MAGICCODE already read and checked), read field by field in the
+/// order of the format: the reference [`Fixed::header`] must agree with, and the path for records too short
+/// for their fixed fields.
+fn parse_fields(record: &[u8], total_size: i32, magic: i32) -> Result<RecordHeader, Invalid> {
+    let mut r = Reader { buf: record, at: 8 };
     let body_crc = r.i32()?;
     let queue_id = r.i32()?;
     let flag = r.i32()?;
@@ -199,7 +210,7 @@ pub fn parse_header(buf: &[u8]) -> Result<RecordHeader, Invalid> {
     let props_len = usize::try_from(r.i16()?).map_err(|_| Invalid::BadLength("properties"))?;
     let properties = r.range(props_len).map_err(|_| Invalid::BadLength("properties"))?;
     let computed = record_len(v2, sys_flag, body_len, topic_len, props_len);
-    if computed != total {
+    if computed != record.len() {
         return Err(Invalid::SizeMismatch { stored: total_size, computed });
     }
     Ok(RecordHeader {
@@ -221,6 +232,99 @@ pub fn parse_header(buf: &[u8]) -> Result<RecordHeader, Invalid> {
         topic,
         properties,
     })
+}
+
+/// The fixed fields of a record long enough to hold them all (every record that parses): each is read at its
+/// offset from one slice whose length is checked once, where [`parse_fields`] checks and advances field by
+/// field (half the time of a parse). A drain, a dispatch, a query and a recovery parse every record they
+/// touch.
+struct Fixed<'a> {
+    /// The record's first `72 + both host lengths` bytes: everything up to and including BODYLENGTH.
+    head: &'a [u8],
+    /// BORNHOST's and STOREHOST's lengths (8 for IPv4, 20 for IPv6, by SYSFLAG).
+    born_len: usize,
+    store_len: usize,
+}
+
+impl<'a> Fixed<'a> {
+    /// `None` when `record` ends before BODYLENGTH (or before SYSFLAG, which says how long the hosts are).
+    #[inline]
+    fn of(record: &'a [u8]) -> Option<Self> {
+        let sys_flag = i32::from_be_bytes(*record.get(36..40)?.first_chunk::<4>()?);
+        let born_len = host_len(sys_flag & sysflag::BORNHOST_V6 != 0);
+        let store_len = host_len(sys_flag & sysflag::STOREHOST_V6 != 0);
+        let head = record.get(..72 + born_len + store_len)?;
+        Some(Fixed { head, born_len, store_len })
+    }
+
+    #[inline]
+    fn arr<const N: usize>(&self, at: usize) -> [u8; N] {
+        // Every offset asked for lies inside `head` (its length is checked in `of`); the fallback is never taken.
+        self.head.get(at..at + N).and_then(|s| s.first_chunk::<N>()).copied().unwrap_or([0; N])
+    }
+    #[inline]
+    fn i32(&self, at: usize) -> i32 {
+        i32::from_be_bytes(self.arr(at))
+    }
+    #[inline]
+    fn i64(&self, at: usize) -> i64 {
+        i64::from_be_bytes(self.arr(at))
+    }
+    #[inline]
+    fn host(&self, at: usize, len: usize) -> Result<SocketAddr, Invalid> {
+        let port = |p: i32| u16::try_from(p).map_err(|_| Invalid::BadLength("port"));
+        if len == 20 {
+            let ip = Ipv6Addr::from(self.arr::<16>(at));
+            Ok(SocketAddr::V6(SocketAddrV6::new(ip, port(self.i32(at + 16))?, 0, 0)))
+        } else {
+            let ip = Ipv4Addr::from(self.arr::<4>(at));
+            Ok(SocketAddr::V4(SocketAddrV4::new(ip, port(self.i32(at + 4))?)))
+        }
+    }
+
+    /// The header, with the same checks and errors as reading `record` field by field: no fixed field can run
+    /// past the end, so what can fail is a port, a length, or TOTALSIZE against the parts.
+    #[inline]
+    fn header(&self, record: &[u8], total_size: i32, magic: i32) -> Result<RecordHeader, Invalid> {
+        let sys_flag = self.i32(36);
+        let born_host = self.host(48, self.born_len)?;
+        let at = 48 + self.born_len;
+        let store_timestamp = self.i64(at);
+        let store_host = self.host(at + 8, self.store_len)?;
+        let at = at + 8 + self.store_len;
+        let body_len = usize::try_from(self.i32(at + 12)).map_err(|_| Invalid::BadLength("body"))?;
+        let mut r = Reader { buf: record, at: at + 16 };
+        let body = r.range(body_len).map_err(|_| Invalid::BadLength("body"))?;
+        let v2 = magic == MAGIC_V2;
+        let topic_len = if v2 { i32::from(r.i16()?) } else { i32::from(r.i8()?) };
+        let topic_len = usize::try_from(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
+        let topic = r.range(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
+        let props_len = usize::try_from(r.i16()?).map_err(|_| Invalid::BadLength("properties"))?;
+        let properties = r.range(props_len).map_err(|_| Invalid::BadLength("properties"))?;
+        let computed = record_len(v2, sys_flag, body_len, topic_len, props_len);
+        if computed != record.len() {
+            return Err(Invalid::SizeMismatch { stored: total_size, computed });
+        }
+        Ok(RecordHeader {
+            total_size,
+            magic,
+            body_crc: self.i32(8),
+            queue_id: self.i32(12),
+            flag: self.i32(16),
+            queue_offset: self.i64(20),
+            physical_offset: self.i64(28),
+            sys_flag,
+            born_timestamp: self.i64(40),
+            born_host,
+            store_timestamp,
+            store_host,
+            reconsume_times: self.i32(at),
+            prepared_transaction_offset: self.i64(at + 4),
+            body,
+            topic,
+            properties,
+        })
+    }
 }
 
 /// `checkMessageAndReturnSize` for the bytes at the start of `buf` (which may run to the segment end).
@@ -267,4 +371,87 @@ pub fn property_crc_ok(record: &[u8], header: &RecordHeader) -> bool {
         return false;
     };
     parse_crc_value(value) == crc32(covered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `parse_header` as it was before [`Fixed`]: every field read in turn.
+    fn field_by_field(buf: &[u8]) -> Result<RecordHeader, Invalid> {
+        let mut r = Reader { buf, at: 0 };
+        let (total_size, magic) = (r.i32()?, r.i32()?);
+        if magic != MAGIC_V1 && magic != MAGIC_V2 {
+            return Err(Invalid::BadMagic(magic));
+        }
+        let total = usize::try_from(total_size).map_err(|_| Invalid::BadLength("total"))?;
+        parse_fields(buf.get(..total).ok_or(Invalid::Truncated)?, total_size, magic)
+    }
+
+    /// A well-formed record with the given shape (fields filled from `seed`).
+    fn record(v2: bool, born_v6: bool, store_v6: bool, lens: (usize, usize, usize), seed: u8) -> Vec<u8> {
+        let (body, topic, props) = lens;
+        let mut sys_flag = 0;
+        if born_v6 {
+            sys_flag |= sysflag::BORNHOST_V6;
+        }
+        if store_v6 {
+            sys_flag |= sysflag::STOREHOST_V6;
+        }
+        let total = record_len(v2, sys_flag, body, topic, props);
+        let mut b = Vec::with_capacity(total);
+        b.extend_from_slice(&(total as i32).to_be_bytes());
+        b.extend_from_slice(&(if v2 { MAGIC_V2 } else { MAGIC_V1 }).to_be_bytes());
+        b.extend((0..28).map(|i| seed.wrapping_add(i))); // BODYCRC .. PHYSICALOFFSET
+        b.extend_from_slice(&sys_flag.to_be_bytes());
+        b.extend((0..8).map(|i| seed ^ i)); // BORNTIMESTAMP
+        for v6 in [born_v6, store_v6] {
+            b.extend((0..if v6 { 16 } else { 4 }).map(|i| seed.wrapping_mul(i)));
+            b.extend_from_slice(&(i32::from(seed) * 100).to_be_bytes()); // the port
+            b.extend((0..8).map(|i| seed.wrapping_add(i * 3))); // BORN... then STORETIMESTAMP; trimmed below
+        }
+        b.truncate(b.len() - 8); // no timestamp after STOREHOST: RECONSUMETIMES follows it
+        b.extend((0..12).map(|i| seed.wrapping_sub(i))); // RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET
+        b.extend_from_slice(&(body as i32).to_be_bytes());
+        b.extend(std::iter::repeat_n(b'b', body));
+        if v2 {
+            b.extend_from_slice(&(topic as i16).to_be_bytes());
+        } else {
+            b.push(topic as u8);
+        }
+        b.extend(std::iter::repeat_n(b't', topic));
+        b.extend_from_slice(&(props as i16).to_be_bytes());
+        b.extend(std::iter::repeat_n(b'p', props));
+        b
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The fixed-offset parse answers exactly as reading field by field: the same header, or the same
+        /// error, for well-formed records and for records with bytes overwritten (lengths, ports, SYSFLAG's
+        /// host bits, MAGICCODE), cut short or followed by more bytes.
+        #[test]
+        fn fixed_offsets_parse_as_field_by_field_reading(
+            shape in (any::<bool>(), any::<bool>(), any::<bool>(), 0usize..40, 0usize..20, 0usize..20, any::<u8>()),
+            writes in proptest::collection::vec((0usize..130, any::<u8>()), 0..4),
+            cut in proptest::option::of(0usize..160),
+            extra in 0usize..8,
+        ) {
+            let (v2, born_v6, store_v6, body, topic, props, seed) = shape;
+            let mut b = record(v2, born_v6, store_v6, (body, topic, props), seed);
+            prop_assert_eq!(parse_header(&b).map(|h| h.total_size as usize), Ok(b.len()));
+            b.extend(std::iter::repeat_n(0xEE, extra));
+            for (at, byte) in writes {
+                if let Some(x) = b.get_mut(at) {
+                    *x = byte;
+                }
+            }
+            if let Some(cut) = cut {
+                b.truncate(cut);
+            }
+            prop_assert_eq!(parse_header(&b), field_by_field(&b));
+        }
+    }
 }
