@@ -13,6 +13,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rmq::commitlog::CommitLog;
 use rmq::config::{CommitLogConfig, StoreConfig};
+use rmq::message::decode::parse_header;
 use rmq::message::encode::{encode_record, EncodeInput, EncodeOptions, EncodedRecord};
 use rmq::store::{BatchItem, MessageStore, PutMessage};
 
@@ -79,6 +80,20 @@ fn encode(c: &mut Criterion) {
                 black_box(encode_record(&input(black_box(&body)), &opts(), &mut buf).unwrap());
             })
         });
+    }
+    g.finish();
+}
+
+/// `parse_header` of an encoded record (every read path parses each record it touches: drains, dispatch,
+/// queries, recovery); IPv4 hosts, the store's own properties.
+fn decode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decode");
+    for size in SIZES {
+        let body = vec![7u8; size];
+        let mut buf = Vec::with_capacity(size + 512);
+        let len = encode_record(&input(&body), &opts(), &mut buf).unwrap().len as u64;
+        g.throughput(records(1, len));
+        g.bench_function(format!("parse_header_{size}B"), |b| b.iter(|| black_box(parse_header(black_box(&buf)))));
     }
     g.finish();
 }
@@ -215,6 +230,6 @@ fn recovery(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = memcpy, encode, append, store_put, recovery
+    targets = memcpy, encode, decode, append, store_put, recovery
 }
 criterion_main!(benches);
