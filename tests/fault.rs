@@ -242,6 +242,48 @@ fn consume_queue_and_index_files_that_cannot_be_allocated_block_dispatch_until_s
     }
 }
 
+/// A write into an index file that fails is an error of its own, never taken for a full file: dispatch stops
+/// with the I/O error instead of rolling into a new file (which left a file short of maxIndexNum before it,
+/// damage for the next open, and a Corruption error from the new file's first put), and goes on once writes
+/// work, every key indexed and every file intact.
+#[test]
+fn a_failed_write_into_the_index_is_an_io_error_not_a_full_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let store = MessageStore::open(root, small_config()).unwrap();
+    for i in 0..3 {
+        put(&store, i).unwrap();
+    }
+    dispatch_all(&store).unwrap();
+    let index_files = || listing(&root.join("index"));
+    let before = index_files();
+    assert_eq!(before.len(), 1);
+    for i in 3..6 {
+        put(&store, i).unwrap();
+    }
+    {
+        let _f = Armed::new(&root.join("index"), Fault::new(FaultPoint::Write, libc::EIO).times(None));
+        for _ in 0..3 {
+            let err = dispatch_all(&store).unwrap_err();
+            assert!(matches!(&err, Error::Io { .. }), "{err:?}");
+            assert_eq!(index_files(), before, "no index file was added");
+        }
+    }
+    dispatch_all(&store).unwrap();
+    check_queue(&store, 6);
+    for i in 0..6 {
+        let found = store.query_message("T", &format!("k{i}"), 10, 0, i64::MAX).unwrap();
+        assert_eq!(found.records.len(), 1, "key k{i} is indexed once");
+    }
+    let cfg = small_config().index;
+    store.close().unwrap();
+    for path in index_files().keys() {
+        let f = rmq::index::IndexFile::open(path, cfg).unwrap();
+        assert_eq!(f.verify(), Ok(()));
+        assert_eq!(f.check_header(true), Ok(()));
+    }
+}
+
 #[test]
 fn a_store_opens_while_catching_up_needs_space_and_hands_out_no_queue_offset_twice() {
     let tmp = tempfile::tempdir().unwrap();

@@ -23,16 +23,25 @@ fn config() -> StoreConfig {
 type Keys = BTreeMap<String, Vec<u64>>;
 
 fn fill(root: &Path) -> Keys {
+    fill_with(root, false)
+}
+
+/// [`fill`], with a fourth key per message when `extra` (`extra{i}`): 15 entries a file then split a message's
+/// keys over two files at almost every roll.
+fn fill_with(root: &Path, extra: bool) -> Keys {
     let store = MessageStore::open(root, config()).unwrap();
     let mut keys = Keys::new();
     for i in 0..120u32 {
-        let own = format!("own{i}");
-        let shared = format!("shared{}", i % 7);
-        let text = format!("{own} {shared}");
+        let mut own = vec![format!("own{i}"), format!("shared{}", i % 7)];
+        if extra {
+            own.push(format!("extra{i}"));
+        }
+        let text = own.join(" ");
         let r = store.put(&PutMessage { keys: Some(&text), ..PutMessage::new("T", (i % 2) as i32, b"body") }).unwrap();
         let at = r.offsets[0];
-        keys.entry(own).or_default().push(at);
-        keys.entry(shared).or_default().push(at);
+        for k in own {
+            keys.entry(k).or_default().push(at);
+        }
         keys.entry(r.uniq_keys[0].to_string()).or_default().push(at);
     }
     store.dispatch(u64::MAX, false).unwrap();
@@ -272,4 +281,57 @@ fn a_damaged_slot_of_the_last_message_does_not_index_its_key_twice() {
         store.close().unwrap();
         assert_eq!(contents(tmp.path()), before, "key {key}: the rebuilt file differs");
     }
+}
+
+/// A message whose keys a roll split over two files: the rebuild of the first file (here lost, so the open
+/// rebuilds it) must not put again the keys that begin the next file, even when a damaged slot of the next
+/// file cuts their chain. Those keys are the next file's first entries, read from its start without the slots:
+/// the rebuilt file has exactly the bytes it had, and the next file's damage is left to the query that reads
+/// it, which rebuilds it too.
+#[test]
+fn a_damaged_slot_of_the_next_file_does_not_make_a_rebuild_put_its_first_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = fill_with(tmp.path(), true);
+    let cfg = config().index;
+    let files = index_files(tmp.path());
+    let before = contents(tmp.path());
+    let mut cases = 0;
+    for i in 0..files.len() - 1 {
+        let next = IndexFile::open(&files[i + 1], cfg).unwrap();
+        let (_, first_offset) = next.entry_key(1).unwrap();
+        let prev = IndexFile::open(&files[i], cfg).unwrap();
+        if prev.end_phy_offset() != first_offset {
+            continue; // no message split between the two files
+        }
+        // Every key of the split message that begins the next file (entries 1, 2, ... of that message).
+        let mut hashes = Vec::new();
+        let mut n = 1;
+        while let Some((hash, offset)) = next.entry_key(n).filter(|&(_, o)| o == first_offset) {
+            assert!(offset == first_offset && n < next.header().index_count);
+            hashes.push(hash);
+            n += 1;
+        }
+        drop((next, prev));
+        for hash in hashes {
+            cases += 1;
+            let copy = tempfile::tempdir().unwrap();
+            common::copy_dir(tmp.path(), copy.path());
+            let slot = (hash as u32 % cfg.max_hash_slot_num) as usize;
+            let mut data = before[i + 1].clone();
+            data[slot_pos(slot)..slot_pos(slot) + 4].copy_from_slice(&[0; 4]);
+            let index = copy.path().join("index");
+            std::fs::write(index.join(files[i + 1].file_name().unwrap()), &data).unwrap();
+            std::fs::remove_file(index.join(files[i].file_name().unwrap())).unwrap();
+            let store = MessageStore::open(copy.path(), config()).unwrap();
+            let mut expected = before.clone();
+            expected[i + 1] = data.clone();
+            assert!(contents(copy.path()) == expected, "files {i}/{}: the rebuild put a key of the next file", i + 1);
+            for (k, want) in &keys {
+                assert_eq!(&found(&store, k), want, "files {i}/{}: key {k}", i + 1);
+            }
+            store.close().unwrap();
+            assert!(contents(copy.path()) == before, "files {i}/{}: the files differ after the queries", i + 1);
+        }
+    }
+    assert!(cases >= 3, "only {cases} split messages");
 }

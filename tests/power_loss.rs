@@ -392,15 +392,15 @@ fn a_key_put_torn_before_its_header_keeps_its_chain_when_put_again() {
     let path = tmp.path().join("index");
     let f = IndexFile::create(&path, cfg, 0, 1000).unwrap();
     // Hashes 6, 10 and 14 share slot 2.
-    assert!(f.put_key(6, 100, 1000) && f.put_key(10, 200, 1000));
+    assert!(f.put_key(6, 100, 1000).unwrap() && f.put_key(10, 200, 1000).unwrap());
     let header_before = std::fs::read(&path).unwrap()[..40].to_vec();
-    assert!(f.put_key(14, 300, 1000));
+    assert!(f.put_key(14, 300, 1000).unwrap());
     drop(f);
     let mut torn = std::fs::read(&path).unwrap();
     torn[..40].copy_from_slice(&header_before);
     std::fs::write(&path, torn).unwrap();
     let f = IndexFile::open(&path, cfg).unwrap();
-    assert!(f.put_key(14, 300, 1000), "the torn put is made again");
+    assert!(f.put_key(14, 300, 1000).unwrap(), "the torn put is made again");
     for (hash, offset) in [(6, 100), (10, 200), (14, 300)] {
         let mut out = Vec::new();
         f.select_phy_offsets(hash, 8, 0, i64::MAX, &mut out, &mut |_, _, _| rmq::index::Candidate::Accept).unwrap();

@@ -17,7 +17,7 @@ use rmq::store::{MessageStore, PutMessage};
 use rmq::Error;
 
 mod common;
-use common::{small_config, SEG};
+use common::{copy_dir, small_config, SEG};
 
 const HOUR: i64 = 3_600_000;
 const QUEUES: i32 = 3;
@@ -322,18 +322,6 @@ fn a_cleaned_store_reopens_clean_or_crashed() {
         assert!(!round(&store, now + HOUR, 4, 0.1).commitlog.is_empty());
         assert_queues_readable(&store);
         store.close().unwrap();
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
     }
 }
 

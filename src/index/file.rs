@@ -140,12 +140,12 @@ impl IndexFile {
         if prev_end_phy_offset > 0 {
             h.begin_phy_offset = prev_end_phy_offset;
             h.end_phy_offset = prev_end_phy_offset;
-            map.write(BEGIN_PHY_OFFSET_POS, &h.encode()[BEGIN_PHY_OFFSET_POS..HASH_SLOT_COUNT_POS]);
+            map.write_at(BEGIN_PHY_OFFSET_POS, &h.encode()[BEGIN_PHY_OFFSET_POS..HASH_SLOT_COUNT_POS])?;
         }
         if prev_end_timestamp > 0 {
             h.begin_timestamp = prev_end_timestamp;
             h.end_timestamp = prev_end_timestamp;
-            map.write(BEGIN_TIMESTAMP_POS, &h.encode()[BEGIN_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS]);
+            map.write_at(BEGIN_TIMESTAMP_POS, &h.encode()[BEGIN_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS])?;
         }
         let f = Self::from_parts(map, cfg, h);
         f.mark_checked();
@@ -242,8 +242,8 @@ impl IndexFile {
         IndexWriter { file: self, header: self.header.write().unwrap_or_else(std::sync::PoisonError::into_inner) }
     }
 
-    /// `putKey` (§7.4) of one already hashed key; false if the file is full. See [`IndexWriter::put_key`].
-    pub fn put_key(&self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> bool {
+    /// `putKey` (§7.4) of one already hashed key; `Ok(false)` if the file is full. See [`IndexWriter::put_key`].
+    pub fn put_key(&self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> Result<bool> {
         self.writer().put_key(key_hash, phy_offset, store_timestamp)
     }
 
@@ -493,25 +493,15 @@ impl IndexFile {
         self.entry(n).map(|e| (e.key_hash, e.phy_offset))
     }
 
-    /// Whether any entry of `key_hash`'s chain is for `key_hash` at `phy_offset` (the whole chain is walked,
-    /// unlike [`IndexFile::contains`]): keys of a message split over two files by a roll.
-    pub fn contains_anywhere(&self, key_hash: i32, phy_offset: i64) -> bool {
+    /// Whether the file's oldest entries, those of the message at `phy_offset` (the first one indexed, at
+    /// beginPhyOffset: the rest of a message whose keys a roll split over two files), include one for
+    /// `key_hash`. Read from the first entry on, not through the slots, as [`IndexFile::contains`] reads the
+    /// last message's from the end.
+    pub fn contains_first(&self, key_hash: i32, phy_offset: i64) -> bool {
         let h = self.read();
-        let Some(mut n) = self.slot(key_hash) else { return false };
-        for _ in 0..h.index_count {
-            if n <= 0 || n >= h.index_count {
-                return false;
-            }
-            let Some(e) = self.entry(n) else { return false };
-            if e.key_hash == key_hash && e.phy_offset == phy_offset {
-                return true;
-            }
-            if e.phy_offset < phy_offset || e.prev >= n {
-                return false;
-            }
-            n = e.prev;
-        }
-        false
+        (1..h.index_count)
+            .map_while(|n| self.entry(n).filter(|e| e.phy_offset == phy_offset))
+            .any(|e| e.key_hash == key_hash)
     }
 
     /// Whether the file was checked ([`IndexFile::verify`]) or written whole by this process.
@@ -590,20 +580,26 @@ impl IndexWriter<'_> {
     }
 
     /// `putKey` (§7.4): appends entry `indexCount` for `key_hash` (a stored keyHash, ≥ 0) at the head of
-    /// its slot's chain and writes the slot and the header through. Returns false, changing nothing, if
-    /// the file is full (`indexCount ≥ maxIndexNum`) or the write falls outside the mapping.
+    /// its slot's chain and writes the slot and the header through. Returns `Ok(false)`, changing nothing, if
+    /// the file is full (`indexCount ≥ maxIndexNum`): the caller rolls to a new file. A write that fails (no
+    /// space to claim for a sparse file, an I/O fault) is an error, never taken for a full file: the header
+    /// in memory stays as it was, and what reached the file before the failure is what a put torn by a crash
+    /// leaves (an entry past indexCount, or a slot pointing at it), which the next put repairs.
     ///
     /// The entry's timeDiff is taken against the header's beginTimestamp *before* this put, so the first
     /// entry of a file stores its distance from the previous file's endTimestamp (0 for the first file).
-    pub fn put_key(&mut self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> bool {
+    pub fn put_key(&mut self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> Result<bool> {
         let f = self.file;
         let h = &mut *self.header;
         if i64::from(h.index_count) >= i64::from(f.index_num) {
-            return false;
+            return Ok(false);
         }
         let slot_pos = f.slot_pos(key_hash);
         let Some(mut slot_value) = f.map.slice(slot_pos, SLOT_SIZE).and_then(|b| be_i32(b, 0)) else {
-            return false;
+            return Err(Error::InvalidOffset {
+                offset: slot_pos as i64,
+                reason: format!("slot {slot_pos} is outside {}", f.path().display()),
+            });
         };
         if slot_value == h.index_count && slot_value > 0 {
             // A put torn between its slot and its header (a crash) left the slot pointing at the entry this put
@@ -623,22 +619,22 @@ impl IndexWriter<'_> {
         e[4..12].copy_from_slice(&phy_offset.to_be_bytes());
         e[12..16].copy_from_slice(&time_diff.to_be_bytes());
         e[16..20].copy_from_slice(&slot_value.to_be_bytes());
-        if f.map.write_array(f.entry_pos(h.index_count), &e).is_err() {
-            return false;
-        }
-        let _ = f.map.write_array(slot_pos, &h.index_count.to_be_bytes());
-        if h.index_count <= 1 {
-            h.begin_phy_offset = phy_offset;
-            h.begin_timestamp = store_timestamp;
+        f.map.write_array(f.entry_pos(h.index_count), &e)?;
+        f.map.write_array(slot_pos, &h.index_count.to_be_bytes())?;
+        let mut next = *h;
+        if next.index_count <= 1 {
+            next.begin_phy_offset = phy_offset;
+            next.begin_timestamp = store_timestamp;
         }
         if slot_value == 0 {
-            h.hash_slot_count = h.hash_slot_count.wrapping_add(1);
+            next.hash_slot_count = next.hash_slot_count.wrapping_add(1);
         }
-        h.index_count += 1;
-        h.end_phy_offset = phy_offset;
-        h.end_timestamp = store_timestamp;
-        let _ = f.map.write_array(0, &h.encode());
-        true
+        next.index_count += 1;
+        next.end_phy_offset = phy_offset;
+        next.end_timestamp = store_timestamp;
+        f.map.write_array(0, &next.encode())?;
+        *h = next;
+        Ok(true)
     }
 
     /// [`IndexFile::contains`] under this lock.
@@ -671,9 +667,9 @@ mod tests {
                 0x10, 0, 0, 0, 0, 0, 0, 0, 0
             ]
         );
-        assert!(f.put_key(6, 0x20, 5999)); // slot 2; timeDiff (5999 − 2000) / 1000 = 3
-        assert!(f.put_key(10, 0x30, 9000)); // slot 2 again; begin is now 5999 → timeDiff 3
-        assert!(!f.put_key(1, 0x40, 9000), "maxIndexNum 3 → 2 entries");
+        assert!(f.put_key(6, 0x20, 5999).unwrap()); // slot 2; timeDiff (5999 − 2000) / 1000 = 3
+        assert!(f.put_key(10, 0x30, 9000).unwrap()); // slot 2 again; begin is now 5999 → timeDiff 3
+        assert!(!f.put_key(1, 0x40, 9000).unwrap(), "maxIndexNum 3 → 2 entries");
         let b = std::fs::read(&path).unwrap();
         let mut expect = vec![0u8; 116];
         expect[..40].copy_from_slice(

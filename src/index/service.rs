@@ -363,7 +363,7 @@ impl IndexService {
                             Some(d) => d.contains(hash, offset),
                             None => false,
                         };
-                    if !seen && !w.put_key(hash, offset, ts) {
+                    if !seen && !w.put_key(hash, offset, ts)? {
                         if w.header().index_count <= 1 {
                             return Err(Error::Corruption {
                                 path: f.path().to_owned(),
@@ -563,13 +563,14 @@ impl IndexService {
             for key in req.uniq_key.into_iter().chain(tokens) {
                 let hash = key_hash_from(topic_hash, key);
                 let offset = req.commitlog_offset;
-                let held = |f: Option<&Arc<IndexFile>>| f.is_some_and(|f| f.contains_anywhere(hash, offset));
-                if (prev.is_some_and(|p| p.end_phy_offset() == offset) && held(prev))
-                    || (next.is_some_and(|n| n.begin_phy_offset() == offset) && held(next))
+                // A message whose keys a roll split: those in the file before are its last entries, those in
+                // the file after its first (read without the slots, which damage can cut).
+                if prev.is_some_and(|p| p.end_phy_offset() == offset && p.contains(hash, offset))
+                    || next.is_some_and(|n| n.begin_phy_offset() == offset && n.contains_first(hash, offset))
                 {
                     continue;
                 }
-                while !file.put_key(hash, offset, req.store_timestamp) {
+                while !file.put_key(hash, offset, req.store_timestamp)? {
                     if file.header().index_count <= 1 {
                         return Err(Error::Corruption {
                             path: file.path().to_owned(),

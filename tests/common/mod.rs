@@ -16,3 +16,16 @@ pub fn small_config() -> StoreConfig {
     c.index.max_index_num = 16;
     c
 }
+
+/// Copies the store (or any directory) at `from` into `to`, recursively.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create the copy's directory");
+    for e in std::fs::read_dir(from).expect("list the directory to copy") {
+        let e = e.expect("a directory entry");
+        if e.file_type().expect("the entry's type").is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).expect("copy a file");
+        }
+    }
+}
