@@ -809,6 +809,8 @@ def main() -> None:
     build_rust()
     now = datetime.datetime.now(datetime.UTC)
     out_path = args.out or HERE / "results" / f"{now:%Y-%m-%dT%H%M}Z.json"
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)  # a --dir that does not exist yet is made, not a traceback
     base = Path(tempfile.mkdtemp(prefix="rmq-compare-", dir=args.dir))
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     runs: list[dict[str, Any]] = []

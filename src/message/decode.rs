@@ -201,18 +201,8 @@ fn parse_fields(record: &[u8], total_size: i32, magic: i32) -> Result<RecordHead
     let store_host = r.host(sys_flag & sysflag::STOREHOST_V6 != 0)?;
     let reconsume_times = r.i32()?;
     let prepared_transaction_offset = r.i64()?;
-    let body_len = usize::try_from(r.i32()?).map_err(|_| Invalid::BadLength("body"))?;
-    let body = r.range(body_len).map_err(|_| Invalid::BadLength("body"))?;
-    let v2 = magic == MAGIC_V2;
-    let topic_len = if v2 { i32::from(r.i16()?) } else { i32::from(r.i8()?) };
-    let topic_len = usize::try_from(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
-    let topic = r.range(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
-    let props_len = usize::try_from(r.i16()?).map_err(|_| Invalid::BadLength("properties"))?;
-    let properties = r.range(props_len).map_err(|_| Invalid::BadLength("properties"))?;
-    let computed = record_len(v2, sys_flag, body_len, topic_len, props_len);
-    if computed != record.len() {
-        return Err(Invalid::SizeMismatch { stored: total_size, computed });
-    }
+    let body_len = r.i32()?;
+    let [body, topic, properties] = variable_parts(record, r.at, body_len, magic, sys_flag, total_size)?;
     Ok(RecordHeader {
         total_size,
         magic,
@@ -232,6 +222,33 @@ fn parse_fields(record: &[u8], total_size: i32, magic: i32) -> Result<RecordHead
         topic,
         properties,
     })
+}
+
+/// BODY, TOPIC and PROPERTIES of `record`, the body starting at `at` (right after BODYLENGTH, `body_len`),
+/// each length checked against what remains, and TOTALSIZE against the sum of the parts (`calMsgLength`).
+#[inline]
+fn variable_parts(
+    record: &[u8],
+    at: usize,
+    body_len: i32,
+    magic: i32,
+    sys_flag: i32,
+    total_size: i32,
+) -> Result<[Range<usize>; 3], Invalid> {
+    let body_len = usize::try_from(body_len).map_err(|_| Invalid::BadLength("body"))?;
+    let mut r = Reader { buf: record, at };
+    let body = r.range(body_len).map_err(|_| Invalid::BadLength("body"))?;
+    let v2 = magic == MAGIC_V2;
+    let topic_len = if v2 { i32::from(r.i16()?) } else { i32::from(r.i8()?) };
+    let topic_len = usize::try_from(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
+    let topic = r.range(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
+    let props_len = usize::try_from(r.i16()?).map_err(|_| Invalid::BadLength("properties"))?;
+    let properties = r.range(props_len).map_err(|_| Invalid::BadLength("properties"))?;
+    let computed = record_len(v2, sys_flag, body_len, topic_len, props_len);
+    if computed != record.len() {
+        return Err(Invalid::SizeMismatch { stored: total_size, computed });
+    }
+    Ok([body, topic, properties])
 }
 
 /// The fixed fields of a record long enough to hold them all (every record that parses): each is read at its
@@ -292,19 +309,8 @@ impl<'a> Fixed<'a> {
         let store_timestamp = self.i64(at);
         let store_host = self.host(at + 8, self.store_len)?;
         let at = at + 8 + self.store_len;
-        let body_len = usize::try_from(self.i32(at + 12)).map_err(|_| Invalid::BadLength("body"))?;
-        let mut r = Reader { buf: record, at: at + 16 };
-        let body = r.range(body_len).map_err(|_| Invalid::BadLength("body"))?;
-        let v2 = magic == MAGIC_V2;
-        let topic_len = if v2 { i32::from(r.i16()?) } else { i32::from(r.i8()?) };
-        let topic_len = usize::try_from(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
-        let topic = r.range(topic_len).map_err(|_| Invalid::BadLength("topic"))?;
-        let props_len = usize::try_from(r.i16()?).map_err(|_| Invalid::BadLength("properties"))?;
-        let properties = r.range(props_len).map_err(|_| Invalid::BadLength("properties"))?;
-        let computed = record_len(v2, sys_flag, body_len, topic_len, props_len);
-        if computed != record.len() {
-            return Err(Invalid::SizeMismatch { stored: total_size, computed });
-        }
+        let [body, topic, properties] =
+            variable_parts(record, at + 16, self.i32(at + 12), magic, sys_flag, total_size)?;
         Ok(RecordHeader {
             total_size,
             magic,
