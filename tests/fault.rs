@@ -275,12 +275,35 @@ fn a_failed_write_into_the_index_is_an_io_error_not_a_full_file() {
         let found = store.query_message("T", &format!("k{i}"), 10, 0, i64::MAX).unwrap();
         assert_eq!(found.records.len(), 1, "key k{i} is indexed once");
     }
+    // The newest file full: the next message rolls, and the new file's header is the write that fails.
+    let mut n = 6;
+    let newest_count = |store: &MessageStore| store.index().unwrap().files().last().unwrap().header().index_count;
+    while newest_count(&store) < small_config().index.max_index_num as i32 {
+        put(&store, n).unwrap();
+        dispatch_all(&store).unwrap();
+        n += 1;
+    }
+    put(&store, n).unwrap();
+    let full = index_files();
+    {
+        let _f = Armed::new(&root.join("index"), Fault::new(FaultPoint::Write, libc::EIO).times(None));
+        let err = dispatch_all(&store).unwrap_err();
+        assert!(matches!(&err, Error::Io { .. }), "{err:?}");
+        assert_eq!(index_files(), full, "the file that could not be written is not left behind");
+    }
+    dispatch_all(&store).unwrap();
+    assert_eq!(index_files().len(), full.len() + 1);
+    for i in 0..=n {
+        let found = store.query_message("T", &format!("k{i}"), 10, 0, i64::MAX).unwrap();
+        assert_eq!(found.records.len(), 1, "key k{i} is indexed once");
+    }
     let cfg = small_config().index;
     store.close().unwrap();
     for path in index_files().keys() {
         let f = rmq::index::IndexFile::open(path, cfg).unwrap();
         assert_eq!(f.verify(), Ok(()));
-        assert_eq!(f.check_header(true), Ok(()));
+        let newest = path == index_files().keys().last().unwrap();
+        assert_eq!(f.check_header(newest), Ok(()));
     }
 }
 

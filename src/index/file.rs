@@ -137,15 +137,27 @@ impl IndexFile {
         cfg.validate()?;
         let map = MappedFile::create_in(storage, path, 0, cfg.file_size())?;
         let mut h = IndexHeader { index_count: 1, ..IndexHeader::default() };
-        if prev_end_phy_offset > 0 {
-            h.begin_phy_offset = prev_end_phy_offset;
-            h.end_phy_offset = prev_end_phy_offset;
-            map.write_at(BEGIN_PHY_OFFSET_POS, &h.encode()[BEGIN_PHY_OFFSET_POS..HASH_SLOT_COUNT_POS])?;
-        }
-        if prev_end_timestamp > 0 {
-            h.begin_timestamp = prev_end_timestamp;
-            h.end_timestamp = prev_end_timestamp;
-            map.write_at(BEGIN_TIMESTAMP_POS, &h.encode()[BEGIN_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS])?;
+        let mut header = || -> Result<()> {
+            if prev_end_phy_offset > 0 {
+                h.begin_phy_offset = prev_end_phy_offset;
+                h.end_phy_offset = prev_end_phy_offset;
+                map.write_at(BEGIN_PHY_OFFSET_POS, &h.encode()[BEGIN_PHY_OFFSET_POS..HASH_SLOT_COUNT_POS])?;
+            }
+            if prev_end_timestamp > 0 {
+                h.begin_timestamp = prev_end_timestamp;
+                h.end_timestamp = prev_end_timestamp;
+                map.write_at(BEGIN_TIMESTAMP_POS, &h.encode()[BEGIN_TIMESTAMP_POS..BEGIN_PHY_OFFSET_POS])?;
+            }
+            Ok(())
+        };
+        if let Err(e) = header() {
+            // A file whose header could not be written is not left behind (it would read as an empty file
+            // starting at offset 0).
+            drop(map);
+            if storage != Storage::Overlay {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
         }
         let f = Self::from_parts(map, cfg, h);
         f.mark_checked();
