@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rmq::config::StoreConfig;
+use rmq::consume_queue::store::ConsumeQueueStore;
 use rmq::consume_queue::ConsumeQueue;
 use rmq::index::{IndexConfig, IndexService};
 use rmq::message::tags::{parse_delay_levels, DEFAULT_DELAY_LEVELS};
-use rmq::store::dispatch::{ConsumeQueueStore, Dispatcher};
+use rmq::store::dispatch::Dispatcher;
 use rmq::store::{BatchItem, MessageStore};
 
 /// Messages in the dispatched store.

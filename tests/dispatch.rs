@@ -402,7 +402,7 @@ fn derived_bytes(root: &Path) -> (BTreeMap<PathBuf, Vec<u8>>, Vec<Vec<u8>>) {
 /// `max_records`; whether some round built the index on a second thread.
 fn dispatch_into(log: &rmq::commitlog::CommitLog, root: &Path, max_records: u64) -> bool {
     let cfg = config();
-    let (queues, _) = rmq::store::dispatch::ConsumeQueueStore::load(&root.join("consumequeue"), 100).unwrap();
+    let (queues, _) = rmq::consume_queue::store::ConsumeQueueStore::load(&root.join("consumequeue"), 100).unwrap();
     let index = rmq::index::IndexService::load(&root.join("index"), cfg.index).unwrap();
     let levels = parse_delay_levels(DEFAULT_DELAY_LEVELS);
     let d = Dispatcher { queues: &queues, index: Some(&index), delay_levels: &levels };

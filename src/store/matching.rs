@@ -11,10 +11,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::dispatch::ConsumeQueueStore;
 use super::dispatch::StoreProps;
 use super::index_check::{key_hashes_into, topic_hash};
 use crate::commitlog::Record;
+use crate::consume_queue::store::ConsumeQueueStore;
 use crate::consume_queue::{ConsumeQueue, CqEntry};
 use crate::index::{IndexFile, IndexService};
 use crate::message::tags::tags_code_of;

@@ -24,12 +24,13 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint::{AbortFile, CheckpointValues, LockFile, StoreCheckpoint};
 use crate::commitlog::{CommitLog, OpenReport, Record};
 use crate::config::{FlushDiskType, StoreConfig};
+use crate::consume_queue::store::ConsumeQueueStore;
 use crate::consume_queue::{BoundaryType, ConsumeQueue, CqEntry};
 use crate::error::{Error, Result};
 use crate::index::IndexService;
 use crate::message::ids::UniqIdGenerator;
 use crate::message::properties::{self, keys};
-use dispatch::{ConsumeQueueStore, DispatchIssue, DispatchRound, Dispatcher};
+use dispatch::{DispatchIssue, DispatchRound, Dispatcher};
 pub use put::{BatchItem, PutMessage, PutResult};
 
 pub(crate) type QueueTable = FxHashMap<String, FxHashMap<i32, i64>>;

@@ -23,12 +23,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64};
 use std::sync::{Condvar, Mutex};
 
-use super::dispatch::ConsumeQueueStore;
 use super::matching::{entry_names_record, tags_code, IndexMatches, Matches, QueueMatches};
 use super::{IssueLog, MessageStore, QueueTable, RecoveryReport, State};
 use crate::checkpoint::{AbortFile, LockFile, StoreCheckpoint};
 use crate::commitlog::{CommitLog, RecoverOptions, RecoveryMode};
 use crate::config::StoreConfig;
+use crate::consume_queue::store::ConsumeQueueStore;
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{Error, Result};
 use crate::index::IndexService;

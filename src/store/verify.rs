@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::dispatch::ConsumeQueueStore;
 use super::index_check::key_hashes;
 use super::matching::{tags_code, QueueMatches};
 use super::open::OpenOptions;
@@ -27,6 +26,7 @@ use crate::checkpoint::AbortFile;
 use crate::commitlog::cursor::{find_valid_record, Cursor, Step};
 use crate::commitlog::{CommitLog, RecoveryMode};
 use crate::config::StoreConfig;
+use crate::consume_queue::store::ConsumeQueueStore;
 use crate::error::{Error, Result};
 use crate::index::IndexService;
 use crate::java::decode_utf8_lossy;

@@ -5,6 +5,8 @@
 //! One dispatcher thread appends; any thread reads. Appends write beyond the published logical end and then
 //! publish it (release); readers read only below it (acquire), which is the mapping's soundness rule.
 
+pub mod store;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
