@@ -19,7 +19,8 @@
 use std::sync::Arc;
 
 use super::matching::IndexMatches;
-use super::{record_has_key, MessageStore};
+use super::query::record_has_key;
+use super::MessageStore;
 use crate::commitlog::cursor::{find_valid_record, Step};
 use crate::commitlog::{CommitLog, Record};
 use crate::error::Result;
