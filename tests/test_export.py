@@ -175,3 +175,64 @@ def test_cli_export_replay_dump(src: Path, tmp_path: Path) -> None:
     p = cli("export", str(copy), str(tmp_path / "x.jsonl"), "--grep", "(")
     assert p.returncode != 0 and "Traceback" not in p.stderr and "regular expression" in p.stderr
     assert snapshot(copy) == before
+
+
+def written_into(store: Path) -> list[str]:
+    """Output paths that lie inside `store` or hold it, each spelled another way than plainly."""
+    link = store.parent / "link-to-src"
+    if not link.exists():
+        link.symlink_to(store)
+    return [
+        str(store / "commitlog" / "00000000000000000000"),  # a segment: the export would replace it
+        str(store / "new.jsonl"),
+        str(store / "commitlog" / ".." / "index" / "x"),
+        str(link / "config" / "y.jsonl"),  # through a symlink
+        str(store),
+        str(store.parent),  # holds the store
+    ]
+
+
+def test_export_and_replay_refuse_to_write_into_the_store_they_read(src: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "src"
+    shutil.copytree(src, copy)
+    before = snapshot(copy)
+    for out in written_into(copy):
+        with pytest.raises(rmq.InvalidArgumentError, match="overlaps the store"):
+            export(copy, out)
+        p = cli("export", str(copy), out)
+        assert p.returncode == 2 and "overlaps the store" in p.stderr and "Traceback" not in p.stderr, out
+        assert not Path(out).with_name(f".{Path(out).name}.tmp").exists()
+    # replay into itself, into a directory inside it, into one that holds it: refused before anything opens
+    for dst in (copy, copy / "sub", tmp_path):
+        p = cli("replay", str(copy), str(dst))
+        assert p.returncode == 2 and "overlaps the store" in p.stderr and "Traceback" not in p.stderr, dst
+    assert not (copy / "sub").exists() and not (tmp_path / "commitlog").exists()
+    with rmq.MessageStore(tmp_path / "elsewhere", CONFIG) as dst_store:
+        copy_link = tmp_path / "link-to-elsewhere"
+        copy_link.symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(rmq.InvalidArgumentError, match="overlaps the store"):
+            replay(copy_link, dst_store)  # the same store under another name
+        assert dst_store.max_offset == 0
+    assert snapshot(copy) == before
+    # A path beside the store is fine, and so is a commitlog directory given as the store.
+    assert export(copy, tmp_path / "beside.jsonl") == N
+    assert export(copy / "commitlog", tmp_path / "beside2.jsonl") == N
+    with pytest.raises(rmq.InvalidArgumentError, match="overlaps the store"):
+        export(copy / "commitlog", copy / "x.jsonl")  # the commitlog's store root is the store
+    assert snapshot(copy) == before
+
+
+def test_the_spark_job_refuses_outputs_that_would_overwrite_or_enter_the_store(src: Path, tmp_path: Path) -> None:
+    from rmq.spark import run_spark
+
+    out = tmp_path / "out"
+    store = out / "messages"  # the job's overwrite of OUT/messages would delete the store first
+    shutil.copytree(src, store)
+    before = snapshot(store)
+    for target in (out, store, store / "parquet"):
+        with pytest.raises(rmq.InvalidArgumentError, match="the Spark job's output"):
+            run_spark(store, target, None, quiet=True)  # refused before a session starts
+        p = cli("spark", str(store), str(target))
+        assert p.returncode == 2 and "overlaps the store" in p.stderr and "Traceback" not in p.stderr, target
+    assert snapshot(store) == before
+    assert sorted(p.name for p in out.iterdir()) == ["messages"]

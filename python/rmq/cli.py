@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import rmq
+from rmq._paths import refuse_overlap
 from rmq.spark_env import add_arguments as spark_env_arguments
 
 EXIT_OK = 0
@@ -215,6 +216,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             n = export(store, args.out, args.format, sel, progress=progress)
             result = {"exported": n, "out": str(args.out)}
         else:
+            # Before the destination is opened: opening writes (lock, abort marker, directories).
+            refuse_overlap(store, (args.dst,), "the destination store")
             with rmq.MessageStore(args.dst, store_config(args)) as dst:
                 n = replay(store, dst, sel, to_topic=args.to_topic, progress=progress)
             result = {"replayed": n, "dst": str(args.dst)}

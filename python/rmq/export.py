@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 import rmq
 from rmq import _args, _native
+from rmq._paths import refuse_overlap
 from rmq._progress import Progress
 from rmq.arrow import arrow_schema, read_split
 
@@ -219,11 +220,15 @@ def export(
     """Writes the selected messages of `store` to the file `out` in `fmt` (`jsonl`: one JSON object per message,
     body as `body_base64`, times in ms; `parquet`: the Spark source's schema; `csv`: body base64, properties
     as JSON, keys space-separated). Written to a temporary name and renamed, so `out` is whole or absent.
-    Returns the number of messages."""
+    `out` may not lie inside the store (`InvalidArgumentError`, nothing written). Returns the number of
+    messages."""
     if fmt not in FORMATS:
         raise rmq.InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
+    refuse_overlap(store, (out, tmp), "the export file")
+    if out.is_dir():
+        raise rmq.InvalidArgumentError(f"the export file {str(out)!r} is a directory: give a file name")
     count = 0
     try:
         if fmt == "parquet":
@@ -270,7 +275,9 @@ def replay(
     """Appends the selected messages of the store `src` to `dst` (an open, writable store), in commitlog order:
     same body, queue id, tags, keys, flag, born host and time, reconsume times and user properties (UNIQ_KEY
     included, so message ids stay); the destination gives them new offsets and store times. `to_topic` sends
-    them to another topic (a DLQ back to its topic). Returns the number appended."""
+    them to another topic (a DLQ back to its topic). Returns the number appended. `dst` may not be `src`, nor
+    lie inside it or hold it (`InvalidArgumentError`, nothing appended)."""
+    refuse_overlap(src, (dst.path,), "the destination store")
     count = 0
     for batch in batches(src, sel, skipped=skipped, progress=progress):
         for row in batch.to_pylist():

@@ -55,6 +55,7 @@ from pyspark.sql.types import StructType
 from pyspark.sql.window import Window
 
 from rmq import _native
+from rmq._paths import refuse_overlap
 from rmq.spark_queues import QUEUE_OPTIONS, RocketMQQueueReader, _int_option
 
 _log = logging.getLogger("rmq.spark")
@@ -485,21 +486,32 @@ def read(spark: SparkSession, store: str | os.PathLike[str], **options: Any) -> 
     return spark.read.format("rocketmq").options(**{k: str(v) for k, v in options.items()}).load(str(store))
 
 
+#: What `run_pipeline` writes under its output directory, each replaced (Spark's overwrite deletes it first).
+PIPELINE_OUTPUTS = ("messages", "summary_topics", "summary_queues", "summary_top_keys")
+
+
+def refuse_pipeline_overlap(store: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """`InvalidArgumentError` if an output of `run_pipeline` into `out` would lie inside `store` or hold it."""
+    refuse_overlap(store, [Path(out) / name for name in PIPELINE_OUTPUTS], "the Spark job's output")
+
+
 def run_pipeline(
     spark: SparkSession, store: str | os.PathLike[str], out: str | os.PathLike[str], *, top_keys: int = 5
 ) -> dict[str, Any]:
     """Store → Parquet partitioned by topic and day (`out/messages`), plus summaries per topic and per queue
     (messages, bytes, first and last store time) and each topic's most frequent keys (`out/summary_*`).
-    Returns the summaries as lists of dicts."""
+    Returns the summaries as lists of dicts. Those outputs may not lie inside the store, nor hold it (Spark's
+    overwrite deletes them first): `InvalidArgumentError`, nothing written."""
     out = Path(out)
+    refuse_pipeline_overlap(store, out)
     df = read(spark, store)
     (
         df.withColumn("day", F.to_date("store_timestamp"))
         .write.mode("overwrite")
         .partitionBy("topic", "day")
-        .parquet(str(out / "messages"))
+        .parquet(str(out / PIPELINE_OUTPUTS[0]))
     )
-    messages = spark.read.parquet(str(out / "messages"))
+    messages = spark.read.parquet(str(out / PIPELINE_OUTPUTS[0]))
     aggs = [
         F.count(F.lit(1)).alias("messages"),
         F.sum("store_size").alias("bytes"),
@@ -512,7 +524,7 @@ def run_pipeline(
     rank = F.row_number().over(Window.partitionBy("topic").orderBy(F.desc("count"), "key"))
     top = keys.withColumn("rank", rank).where(F.col("rank") <= top_keys).orderBy("topic", "rank")
     result: dict[str, Any] = {}
-    for name, frame in (("summary_topics", by_topic), ("summary_queues", by_queue), ("summary_top_keys", top)):
+    for name, frame in zip(PIPELINE_OUTPUTS[1:], (by_topic, by_queue, top), strict=True):
         frame.coalesce(1).write.mode("overwrite").json(str(out / name))
         result[name] = [r.asDict() for r in frame.collect()]
     return result
@@ -522,6 +534,7 @@ def run_spark(store: Path, out: Path, master: str | None, *, quiet: bool = False
     """The pipeline job (`run_pipeline`) in a session of its own, with the executors' ids added to its result.
     Prints the summaries unless `quiet`."""
     say = (lambda _text: None) if quiet else print
+    refuse_pipeline_overlap(store, out)  # before a session starts
     started = time.perf_counter()
     spark = session(master)
     say(f"Spark job over {store} (master {spark.sparkContext.master}) ...")  # spark-submit's when it gave one

@@ -1,0 +1,46 @@
+"""The rule every command that reads a store and writes elsewhere follows: what it writes (or replaces, or
+deletes to overwrite) never lies inside the store it reads, and never holds it.
+
+`rmq export STORE STORE/commitlog/00000000000000000000` would otherwise replace a segment with the export,
+`rmq replay STORE STORE` append a store to itself, and `rmq spark STORE OUT` with STORE at `OUT/messages`
+delete the store (Spark's overwrite removes the output directory first). Paths are compared resolved (symlinks
+followed, `..` folded), so another spelling of the same place is the same place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import rmq
+
+
+def _resolved(path: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def store_tree(store: str | os.PathLike[str]) -> Path:
+    """The directory a store occupies: its root, or the root of a commitlog directory given in its place (the
+    readers accept either)."""
+    p = _resolved(store)
+    if p.name == "commitlog" and not (p / "commitlog").is_dir():
+        return p.parent
+    return p
+
+
+def overlap(a: Path, b: Path) -> bool:
+    """Whether two resolved paths are the same place or one lies inside the other."""
+    return a == b or a in b.parents or b in a.parents
+
+
+def refuse_overlap(store: str | os.PathLike[str], written: Iterable[str | os.PathLike[str]], what: str) -> None:
+    """Raises `InvalidArgumentError` (nothing written yet) if any of `written` is the store read, lies inside it,
+    or holds it."""
+    tree = store_tree(store)
+    for w in written:
+        if overlap(tree, _resolved(w)):
+            raise rmq.InvalidArgumentError(
+                f"{what} {os.fspath(w)!r} overlaps the store {os.fspath(store)!r} being read (resolved: {tree}): "
+                f"writing there would change or delete the store; give a path outside it. Nothing was written"
+            )
