@@ -207,6 +207,11 @@ def test_export_and_replay_refuse_to_write_into_the_store_they_read(src: Path, t
         p = cli("replay", str(copy), str(dst))
         assert p.returncode == 2 and "overlaps the store" in p.stderr and "Traceback" not in p.stderr, dst
     assert not (copy / "sub").exists() and not (tmp_path / "commitlog").exists()
+    # A --to-topic no producer may send to is refused before the destination store is created.
+    for bad in ("../x", "SCHEDULE_TOPIC_XXXX", ""):
+        p = cli("replay", str(copy), str(tmp_path / "dst"), "--to-topic", bad)
+        assert p.returncode == 2 and "invalid topic" in p.stderr and "Traceback" not in p.stderr, bad
+        assert not (tmp_path / "dst").exists(), bad
     with rmq.MessageStore(tmp_path / "elsewhere", CONFIG) as dst_store:
         copy_link = tmp_path / "link-to-elsewhere"
         copy_link.symlink_to(tmp_path / "elsewhere")

@@ -218,6 +218,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             # Before the destination is opened: opening writes (lock, abort marker, directories).
             refuse_overlap(store, (args.dst,), "the destination store")
+            if args.to_topic is not None:
+                rmq._native.check_producer_topic(args.to_topic)
             with rmq.MessageStore(args.dst, store_config(args)) as dst:
                 n = replay(store, dst, sel, to_topic=args.to_topic, progress=progress)
             result = {"replayed": n, "dst": str(args.dst)}

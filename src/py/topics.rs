@@ -127,6 +127,14 @@ fn check_topic_config_name(#[pyo3(from_py_with = args::text)] topic: pyo3::pybac
     Ok(())
 }
 
+/// Checks a topic a producer may send to, as `put` does (the name rules, and not a topic that refuses
+/// producers' messages); raises `InvalidTopicError`. For callers that must refuse a topic before they do
+/// anything else (`rmq replay --to-topic`, before the destination store is created).
+#[pyfunction]
+fn check_producer_topic(#[pyo3(from_py_with = args::text)] topic: pyo3::pybacked::PyBackedStr) -> PyResult<()> {
+    crate::store::validate::check_topic(&topic).map_err(to_py)
+}
+
 /// `TopicValidator.isSystemTopic`: the broker's system topics and the `rmq_sys_` prefix.
 #[pyfunction]
 fn is_system_topic(#[pyo3(from_py_with = args::text)] topic: pyo3::pybacked::PyBackedStr) -> bool {
@@ -138,5 +146,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_system_topic, m)?)?;
     m.add_function(wrap_pyfunction!(decode_topics, m)?)?;
     m.add_function(wrap_pyfunction!(check_topic_config_name, m)?)?;
+    m.add_function(wrap_pyfunction!(check_producer_topic, m)?)?;
     Ok(())
 }
