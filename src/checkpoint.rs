@@ -132,6 +132,16 @@ impl LockFile {
     }
 }
 
+/// Deletes the store directory `root` and everything in it with its lock held ([`LockFile::acquire`]), so that
+/// no process that has the store open (a broker, rmq, this process) loses it underneath: [`Error::Locked`] then,
+/// and nothing is deleted. The lock file goes with the directory; the lock is released after.
+pub fn remove_store(root: &Path) -> Result<()> {
+    let lock = LockFile::acquire(root)?;
+    let removed = std::fs::remove_dir_all(root).map_err(|e| Error::io(root, e));
+    drop(lock);
+    removed
+}
+
 impl Drop for LockFile {
     fn drop(&mut self) {
         // Close first (which releases the record lock), then let the directory be opened again in this process.

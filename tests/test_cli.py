@@ -178,6 +178,46 @@ def test_scan_flags_a_body_that_fails_its_crc_and_exits_1(tmp_path: Path) -> Non
     ]
 
 
+def test_demo_fresh_deletes_only_a_store_no_process_holds(tmp_path: Path) -> None:
+    """`rmq demo --fresh` deletes a store directory, or an empty one; never a directory holding other files,
+    never a store a process has open (a broker or rmq: its lock), in another process or this one."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    line = one_line_error(rmq_cli("demo", "--store", home, "--messages", "5", "--fresh", "--no-spark"))
+    assert "holds other files" in line and "nothing was deleted" in line
+    assert (home / "notes.txt").read_text() == "mine" and sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+    store = tmp_path / "store"
+    with rmq.MessageStore(store, SMALL) as s:
+        s.put("T", b"kept")
+        with pytest.raises(rmq.StoreLockedError):
+            run_demo(store, messages=5, segment_size=64 * 1024, fresh=True, out=io.StringIO())
+        assert s.read(0) is not None
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import rmq, sys; s = rmq.MessageStore(sys.argv[1]); print('ready', flush=True); "
+         "sys.stdin.read()", str(store)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        line = one_line_error(rmq_cli("demo", "--store", store, "--messages", "5", "--fresh", "--no-spark"))
+        assert "locked" in line
+    finally:
+        holder.communicate("", timeout=60)
+    with rmq.MessageStore(store) as s:
+        assert [m.body for m in s.scan()] == [b"kept"]
+    # Unheld, the store is deleted and the demo starts from nothing; an empty directory is fine too.
+    done = run_demo(store, messages=5, segment_size=64 * 1024, fresh=True, out=io.StringIO())
+    assert done["messages_before"] == 0
+    (tmp_path / "empty").mkdir()
+    assert (
+        run_demo(tmp_path / "empty", messages=5, segment_size=64 * 1024, fresh=True, out=io.StringIO())[
+            "messages_before"
+        ]
+        == 0
+    )
+
+
 def test_the_store_the_demo_writes_opens_in_the_api_and_scans(tmp_path: Path) -> None:
     """README: `rmq demo` writes 1 MiB segments; `rmq.MessageStore(path)` (no config) and `rmq scan` read it."""
     store = tmp_path / "demo"

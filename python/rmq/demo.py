@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import json
 import random
-import shutil
 import sys
 import threading
 import time
@@ -138,6 +137,20 @@ def put_workload(
     return put_offsets, samples
 
 
+def delete_store(store_dir: Path) -> None:
+    """`--fresh`: deletes `store_dir` if it is a store (holds `commitlog/`) or empty, and no process holds the
+    store's lock (a running broker or rmq: `StoreLockedError`). Anything else is not the demo's to delete:
+    `InvalidArgumentError`, nothing deleted."""
+    if not store_dir.is_dir():
+        raise rmq.InvalidArgumentError(f"--fresh: {store_dir} is not a directory; nothing was deleted")
+    if any(store_dir.iterdir()) and not (store_dir / "commitlog").is_dir():
+        raise rmq.InvalidArgumentError(
+            f"--fresh deletes a store directory (one holding commitlog/) or an empty one, and {store_dir} holds "
+            "other files; nothing was deleted"
+        )
+    rmq._native.remove_store(store_dir)  # with the store's lock held
+
+
 def run_demo(
     store_dir: Path, messages: int, segment_size: int, fresh: bool, out: TextIO | None = None
 ) -> dict[str, object]:
@@ -147,7 +160,7 @@ def run_demo(
         print(text, file=out if out is not None else sys.stdout)
 
     if fresh and store_dir.exists():
-        shutil.rmtree(store_dir)
+        delete_store(store_dir)
     config = rmq.StoreConfig(mapped_file_size_commit_log=segment_size)
     rng = random.Random(42)
     started = time.perf_counter()

@@ -1098,7 +1098,15 @@ fn sizes_from_files<'py>(
     Ok(d)
 }
 
+/// Deletes the store directory `path` with its lock held; raises `StoreLockedError` (nothing deleted) when a
+/// process (a broker, rmq, this one) has the store open.
+#[pyfunction]
+fn remove_store(py: Python<'_>, #[pyo3(from_py_with = args::path)] path: PathBuf) -> PyResult<()> {
+    py.detach(|| crate::checkpoint::remove_store(&path)).map_err(to_py)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(remove_store, m)?)?;
     m.add_function(wrap_pyfunction!(sizes_from_files, m)?)?;
     m.add_function(wrap_pyfunction!(config_settings, m)?)?;
     m.add_function(wrap_pyfunction!(config_from_properties, m)?)?;
