@@ -219,6 +219,17 @@ def test_export_and_replay_refuse_to_write_into_the_store_they_read(src: Path, t
             replay(copy_link, dst_store)  # the same store under another name
         assert dst_store.max_offset == 0
     assert snapshot(copy) == before
+    # A commitlog on another disk (a symlink, as RocketMQ's storePathCommitLog puts it elsewhere) is the store's.
+    moved = tmp_path / "disk2" / "commitlog"
+    moved.parent.mkdir()
+    shutil.copytree(copy / "commitlog", moved)
+    linked = tmp_path / "linked"
+    shutil.copytree(copy, linked, ignore=lambda d, names: ["commitlog"] if Path(d) == copy else [])
+    (linked / "commitlog").symlink_to(moved)
+    for out in (moved / "00000000000000000000", moved / "x.jsonl", moved.parent):
+        with pytest.raises(rmq.InvalidArgumentError, match="overlaps the store"):
+            export(linked, out)
+    assert export(linked, tmp_path / "disk2.jsonl") == N
     # A path beside the store is fine, and so is a commitlog directory given as the store.
     assert export(copy, tmp_path / "beside.jsonl") == N
     assert export(copy / "commitlog", tmp_path / "beside2.jsonl") == N

@@ -20,13 +20,22 @@ def _resolved(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(os.fspath(path)))
 
 
-def store_tree(store: str | os.PathLike[str]) -> Path:
-    """The directory a store occupies: its root, or the root of a commitlog directory given in its place (the
-    readers accept either)."""
+#: A store root's directories, any of which may be a symlink to another disk (RocketMQ's `storePathCommitLog`).
+STORE_DIRS = ("commitlog", "consumequeue", "index", "config")
+
+
+def store_trees(store: str | os.PathLike[str]) -> list[Path]:
+    """The directories a store occupies, resolved: its root (or the root of a commitlog directory given in its
+    place: the readers accept either) and wherever its directories lead when they are symlinks."""
     p = _resolved(store)
     if p.name == "commitlog" and not (p / "commitlog").is_dir():
-        return p.parent
-    return p
+        p = p.parent
+    trees = [p]
+    for name in STORE_DIRS:
+        d = _resolved(p / name)
+        if not any(overlap(t, d) for t in trees):
+            trees.append(d)
+    return trees
 
 
 def overlap(a: Path, b: Path) -> bool:
@@ -37,10 +46,11 @@ def overlap(a: Path, b: Path) -> bool:
 def refuse_overlap(store: str | os.PathLike[str], written: Iterable[str | os.PathLike[str]], what: str) -> None:
     """Raises `InvalidArgumentError` (nothing written yet) if any of `written` is the store read, lies inside it,
     or holds it."""
-    tree = store_tree(store)
+    trees = store_trees(store)
     for w in written:
-        if overlap(tree, _resolved(w)):
-            raise rmq.InvalidArgumentError(
-                f"{what} {os.fspath(w)!r} overlaps the store {os.fspath(store)!r} being read (resolved: {tree}): "
-                f"writing there would change or delete the store; give a path outside it. Nothing was written"
-            )
+        for tree in trees:
+            if overlap(tree, _resolved(w)):
+                raise rmq.InvalidArgumentError(
+                    f"{what} {os.fspath(w)!r} overlaps the store {os.fspath(store)!r} being read ({tree}): writing "
+                    "there would change or delete the store; give a path outside it. Nothing was written"
+                )
