@@ -672,6 +672,12 @@ def test_damage_through_spark_fails_or_is_left_out_and_recorded(
     record = json.loads((tmp_path / "bad" / "bad_records" / f"{victim:020d}.json").read_text())
     assert record["path"] == str(seg) and record["offset"] == victim and record["length"] == 2 * 65536 - victim
     assert "bad magic" in record["reason"]
+    # A read never writes into the store it reads: a badRecordsPath whose bad_records/ lies inside it is refused.
+    before = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
+    for inside in (copy, copy / "commitlog"):
+        with pytest.raises(Exception, match="InvalidArgumentError.*badRecordsPath"):
+            rs.read(spark, copy, badRecordsPath=str(inside)).count()
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before
 
 
 def test_session_never_overrides_the_launchers_master(monkeypatch: pytest.MonkeyPatch) -> None:

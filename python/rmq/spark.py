@@ -234,6 +234,8 @@ class RocketMQReader(DataSourceReader):
         if mode not in MODES:
             raise _native.InvalidConfigError(f"option mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.bad_records_path: str | None = options.get("badrecordspath")
+        if self.bad_records_path is not None:  # a read never writes into the store it reads
+            refuse_overlap(self.path, [Path(self.bad_records_path) / "bad_records"], "badRecordsPath")
         self.skip_damage = mode != "FAILFAST" or _flag(options, "ignoreCorruptFiles") or bool(self.bad_records_path)
         self.arrow_schema = output_schema(schema)
         self.columns = list(self.arrow_schema.names)
