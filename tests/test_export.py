@@ -250,5 +250,7 @@ def test_the_spark_job_refuses_outputs_that_would_overwrite_or_enter_the_store(s
             run_spark(store, target, None, quiet=True)  # refused before a session starts
         p = cli("spark", str(store), str(target))
         assert p.returncode == 2 and "overlaps the store" in p.stderr and "Traceback" not in p.stderr, target
+    p = cli("spark", str(store), str(tmp_path / "elsewhere"), "--json", str(store / "commitlog" / "s.json"))
+    assert p.returncode == 2 and "the --json file" in p.stderr and not (tmp_path / "elsewhere").exists()
     assert snapshot(store) == before
     assert sorted(p.name for p in out.iterdir()) == ["messages"]

@@ -123,6 +123,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
     from rmq.spark import run_spark
 
     to_stdout = args.json == "-"
+    if args.json is not None and not to_stdout:
+        refuse_overlap(args.store, (args.json,), "the --json file")  # before the job, not after it
     result = run_spark(args.store, args.out, args.master, quiet=to_stdout)
     if to_stdout:
         print_json(result)
