@@ -626,6 +626,38 @@ def test_lock_is_exclusive_until_close(store_dir: Path) -> None:
         assert again.max_offset > 0
 
 
+def test_a_store_dropped_without_close_is_closed_at_once(store_dir: Path) -> None:
+    """The last Python reference to a store (the object, or a `scan()` iterator over it) closes it there and then,
+    as `close()` does: the lock is free for the next open in this process, with no abort marker left, even while
+    the services are busy (the reput naps inside a round while puts arrive) and with the cyclic GC off."""
+    import gc
+
+    gc.disable()
+    try:
+        for round_ in range(5):
+            store = rmq.MessageStore(store_dir, SMALL)
+            store.create_topic("T", 4)  # the topic manager calls back into the store
+            for i in range(200):
+                store.put("T", b"x" * 100, queue_id=i % 4, keys=f"k{round_}.{i}")
+            del store
+            assert not (store_dir / "abort").exists(), round_
+            with rmq.MessageStore(store_dir, SMALL) as again:
+                assert not again.unclean_shutdown and again.next_queue_offset("T", 0) == 50 * (round_ + 1)
+        scan = rmq.MessageStore(store_dir, SMALL).scan()  # the store object is gone; the iterator holds it
+        assert sum(1 for _ in scan) == 1000
+        with pytest.raises(rmq.StoreLockedError):
+            rmq.MessageStore(store_dir, SMALL)  # still open: the iterator is alive
+        del scan
+        rmq.MessageStore(store_dir, SMALL).close()
+    finally:
+        gc.enable()
+    # A process that ends without closing its store leaves it closed cleanly.
+    code = "import rmq, sys\ns = rmq.MessageStore(sys.argv[1])\nfor i in range(300): s.put('T', b'y', keys=f'e{i}')"
+    subprocess.run([sys.executable, "-c", code, str(store_dir)], check=True, timeout=120)
+    with rmq.MessageStore(store_dir, SMALL) as again:
+        assert not again.unclean_shutdown and sum(1 for _ in again.scan()) == 1300
+
+
 def test_closed_store_refuses_calls(store_dir: Path) -> None:
     store = rmq.MessageStore(store_dir, SMALL)
     r = store.put("T", b"x")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -276,8 +277,17 @@ class MessageStore(_native.MessageStore):
 
             mgr = self.__dict__.setdefault("_topic_manager", TopicConfigManager(self.topics_path))
             if not self.read_only:
-                # `put` and `put_batch` (native) refuse a queue id past a configured topic's queues.
-                mgr.on_change = self._set_queue_limits
+                # `put` and `put_batch` (native) refuse a queue id past a configured topic's queues. Through a
+                # weak reference: a bound method here would make the store and its manager a cycle, and a store
+                # dropped without `close()` would then stay open (its lock held) until the cyclic GC ran.
+                store = weakref.ref(self)
+
+                def on_change(limits: dict[str, int]) -> None:
+                    s = store()
+                    if s is not None:
+                        s._set_queue_limits(limits)
+
+                mgr.on_change = on_change
             mgr.load()
         return mgr
 

@@ -149,7 +149,7 @@ fn config_from_properties<'py>(py: Python<'py>, props: &Bound<'py, PyAny>) -> Py
 /// The native store; `rmq.MessageStore` subclasses it.
 #[pyclass(subclass, frozen, module = "rmq._native")]
 pub struct MessageStore {
-    pub(crate) inner: Arc<store::MessageStore>,
+    pub(crate) inner: Arc<Handle>,
     /// The configured topics' queue counts (`max(write, read)` queue nums), kept by `rmq.topics` through
     /// `_set_queue_limits`: a producer put at or past its topic's count is refused, as the broker's send check
     /// refuses it. Checked here, before the GIL is released, so the check costs a hash lookup.
@@ -186,7 +186,7 @@ impl MessageStore {
         let config = config_from_dict(config)?;
         let options = store::open::OpenOptions { recovery, read_only };
         let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
-        Ok(MessageStore { inner: Arc::new(store), queue_limits: RwLock::default() })
+        Ok(MessageStore { inner: Arc::new(Handle(Arc::new(store))), queue_limits: RwLock::default() })
     }
 
     /// Replaces the configured topics' queue counts (`rmq.topics` calls it whenever its table changes).
@@ -945,10 +945,31 @@ impl MessageStore {
     }
 }
 
+/// What Python holds of an open store: the `MessageStore` object and each of its `Scanner`s share one, and the
+/// last of them to go closes the store there and then, as `close()` does. The store's services hold it only
+/// weakly, but each upgrades that for a round (the reput service naps inside one while puts arrive): left to
+/// the last `Arc`, a store whose Python object was dropped (or never closed before the interpreter exits) would
+/// close later on a service thread, or not at all, keeping its lock (a reopen in this process: `StoreLockedError`)
+/// and its abort marker (the next open: the abnormal recovery).
+pub(crate) struct Handle(Arc<store::MessageStore>);
+
+impl std::ops::Deref for Handle {
+    type Target = Arc<store::MessageStore>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.0.close(); // a failure to close is the next open's to report, as after a crash
+    }
+}
+
 /// Iterator over stored messages; fetches records in batches with the interpreter detached.
 #[pyclass(module = "rmq._native")]
 pub struct Scanner {
-    store: Arc<store::MessageStore>,
+    store: Arc<Handle>,
     next: u64,
     buffer: VecDeque<Record>,
     done: bool,
