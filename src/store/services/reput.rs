@@ -40,6 +40,7 @@ fn run(store: &Weak<MessageStore>, svc: &ServiceThread) {
         if s.is_closed() {
             return;
         }
+        let mut nap = false;
         wait = match round(&s) {
             Ok((records, scheduled, more)) => {
                 svc.count_round();
@@ -48,15 +49,11 @@ fn run(store: &Weak<MessageStore>, svc: &ServiceThread) {
                     // New delayed messages: one may be due before the time the schedule service sleeps until.
                     s.services().wakeup(super::schedule::NAME);
                 }
-                if more {
-                    Duration::ZERO
-                } else if records > 0 {
-                    // Caught up while puts arrive: take what the next moment brings in one round instead of
-                    // being woken (two context switches) by every put; RocketMQ's reput sleeps 1 ms per round.
-                    // Wake-ups meanwhile are kept, so the next wait returns at once if a put came.
-                    if !svc.sleep(NAP) {
-                        return;
-                    }
+                // Caught up while puts arrive: take what the next moment brings in one round instead of being
+                // woken (two context switches) by every put; RocketMQ's reput sleeps 1 ms per round. Wake-ups
+                // meanwhile are kept, so the next wait returns at once if a put came.
+                nap = !more && records > 0;
+                if more || nap {
                     Duration::ZERO
                 } else {
                     IDLE
@@ -67,6 +64,11 @@ fn run(store: &Weak<MessageStore>, svc: &ServiceThread) {
                 RETRY
             }
         };
+        // Not holding the store while napping: its owner's last reference then closes it at once.
+        drop(s);
+        if nap && !svc.sleep(NAP) {
+            return;
+        }
     }
 }
 
