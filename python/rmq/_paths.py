@@ -48,8 +48,9 @@ def refuse_overlap(store: str | os.PathLike[str], written: Iterable[str | os.Pat
     or holds it."""
     trees = store_trees(store)
     for w in written:
+        target = _resolved(w)
         for tree in trees:
-            if overlap(tree, _resolved(w)):
+            if overlap(tree, target):
                 raise rmq.InvalidArgumentError(
                     f"{what} {os.fspath(w)!r} overlaps the store {os.fspath(store)!r} being read ({tree}): writing "
                     "there would change or delete the store; give a path outside it. Nothing was written"
