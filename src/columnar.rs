@@ -15,6 +15,7 @@ use crate::message::properties::{self, keys};
 use crate::message::{crc32, TransactionType};
 
 pub mod split;
+mod tail;
 pub use split::{plan_commitlog, SegmentPlan, Skipped, SplitReader};
 
 /// The columns, in schema order. The names are the DataFrame's column names.

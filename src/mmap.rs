@@ -64,6 +64,44 @@ impl std::fmt::Debug for MappedFile {
     }
 }
 
+/// The ranges of bytes `[from, size)` of `file` that may hold data: its data extents as the filesystem reports
+/// them (`lseek` `SEEK_DATA`/`SEEK_HOLE`), so that a scan for non-zero bytes can skip holes and space claimed but
+/// never written (`posix_fallocate`'s unwritten extents, which ext4 and XFS report as holes). Where the
+/// filesystem cannot tell, the whole range. Moves the descriptor's file position (no caller here uses it).
+pub fn data_ranges(file: &File, from: usize, size: usize) -> Vec<(usize, usize)> {
+    let whole = if from < size { vec![(from, size)] } else { Vec::new() };
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let seek = |pos: usize, whence: i32| -> Option<usize> {
+        let off = libc::off_t::try_from(pos).ok()?;
+        #[allow(unsafe_code)]
+        // SAFETY: a plain system call on a descriptor `file` owns and keeps open for the call; no memory is
+        // passed. The descriptor's file position is not used by any other code (mappings and positioned reads
+        // do not depend on it).
+        let r = unsafe { libc::lseek(fd, off, whence) };
+        usize::try_from(r).ok()
+    };
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < size {
+        let Some(data) = seek(at, libc::SEEK_DATA) else {
+            // ENXIO: no data at or after `at`. Anything else: the filesystem cannot tell.
+            let errno = std::io::Error::last_os_error().raw_os_error();
+            return if errno == Some(libc::ENXIO) { out } else { whole };
+        };
+        if data >= size {
+            break;
+        }
+        let hole = seek(data, libc::SEEK_HOLE).map_or(size, |h| h.min(size));
+        if hole <= data {
+            return whole;
+        }
+        out.push((data, hole));
+        at = hole;
+    }
+    out
+}
+
 impl MappedFile {
     /// Creates a new zero-filled file of `size` bytes with all its disk space claimed, and maps it. Fails if
     /// the file exists. On failure (a full disk is [`Error::DiskFull`]) the file is removed again, so the
@@ -160,38 +198,11 @@ impl MappedFile {
     /// Where the filesystem cannot tell (or for an in-memory overlay file), the whole range.
     pub fn data_ranges(&self, from: usize) -> Vec<(usize, usize)> {
         let size = self.map.len();
-        let whole = if from < size { vec![(from, size)] } else { Vec::new() };
-        let Some(file) = &self.file else { return whole };
-        use std::os::fd::AsRawFd;
-        let fd = file.as_raw_fd();
-        let seek = |pos: usize, whence: i32| -> Option<usize> {
-            let off = libc::off_t::try_from(pos).ok()?;
-            #[allow(unsafe_code)]
-            // SAFETY: a plain system call on a descriptor this `File` owns and keeps open for the call; no
-            // memory is passed. The descriptor's file position is not used by any other code (the mapping and
-            // positioned reads do not depend on it).
-            let r = unsafe { libc::lseek(fd, off, whence) };
-            usize::try_from(r).ok()
-        };
-        let mut out = Vec::new();
-        let mut at = from;
-        while at < size {
-            let Some(data) = seek(at, libc::SEEK_DATA) else {
-                // ENXIO: no data at or after `at`. Anything else: the filesystem cannot tell.
-                let errno = std::io::Error::last_os_error().raw_os_error();
-                return if errno == Some(libc::ENXIO) { out } else { whole };
-            };
-            if data >= size {
-                break;
-            }
-            let hole = seek(data, libc::SEEK_HOLE).map_or(size, |h| h.min(size));
-            if hole <= data {
-                return whole;
-            }
-            out.push((data, hole));
-            at = hole;
+        match &self.file {
+            Some(file) => data_ranges(file, from, size),
+            None if from < size => vec![(from, size)],
+            None => Vec::new(),
         }
-        out
     }
 
     /// Where the file lives.

@@ -10,9 +10,9 @@
 //! What the bytes at a position are is decided by the commitlog cursor's rules ([`cursor::classify`]), the
 //! ones recovery, dispatch and `get_message` use, applied to bytes read here with positioned reads. Validation
 //! follows recovery: the newest segment that starts with a record is validated in full (every length, the body
-//! CRC, the offset, a blank that fills the rest of the file) up to the end of the data, which is where its chain
-//! stops on zeros or on a torn write (bytes after it that hold no record that [`cursor::validates_completely`]).
-//! Older segments, which recovery trusts, are walked without the body CRC, and a record there whose fields do
+//! CRC, the offset, a blank that fills the rest of the file) up to the end of the data, and what lies where its
+//! chain stops is classified by opening's own rule ([`super::tail`]): zeros or an unfinished append end the
+//! data, anything else is damage. Older segments, which recovery trusts, are walked without the body CRC, and a record there whose fields do
 //! not add up but whose header holds together ([`cursor::header_size`]: magic code, TOTALSIZE, its own
 //! PHYSICALOFFSET) stays in the chain: its reader reports it ([`SplitReader::take_skipped`]); a body with a bad
 //! CRC is read and flagged (`body_crc_ok`). A chain that breaks anywhere else is damage: [`Error::Corruption`]
@@ -27,8 +27,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{ColumnBatch, ColumnMask, RecordFilter};
+use super::{tail, ColumnBatch, ColumnMask, RecordFilter};
 use crate::commitlog::cursor::{self, Found};
+use crate::commitlog::recover::{lost_page_in, tail_zeroed, LOST_PAGE};
 use crate::error::{Error, Result};
 use crate::file_queue::parse_file_name;
 use crate::message::decode::CheckOptions;
@@ -39,31 +40,28 @@ const FULL: CheckOptions = CheckOptions { check_crc: true, force_prop_crc: false
 /// How older segments' records are checked: every length and the offset; a bad body CRC is a flag on the row.
 const HEADERS: CheckOptions = CheckOptions { check_crc: false, force_prop_crc: false };
 
-/// Bytes after the end of the data that tell a clean end (zeros) from a torn or corrupt tail, as recovery checks.
-const CLEAN_END_WINDOW: usize = 64 << 10;
-
 /// Bytes read per positioned read.
-const CHUNK: usize = 8 << 20;
+pub(super) const CHUNK: usize = 8 << 20;
 
 /// A growable read window over one file (positioned reads; nothing mapped).
-struct Window {
-    file: File,
+pub(super) struct Window {
+    pub(super) file: File,
     path: PathBuf,
-    file_len: u64,
+    pub(super) file_len: u64,
     buf: Vec<u8>,
     /// File position of `buf[0]`.
     at: u64,
 }
 
 impl Window {
-    fn open(path: &Path) -> Result<Self> {
+    pub(super) fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         Ok(Window { file, path: path.to_owned(), file_len, buf: Vec::new(), at: 0 })
     }
 
     /// The bytes from `pos` to at least `pos + len` (fewer at the end of the file), reading as needed.
-    fn get(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
+    pub(super) fn get(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
         let want_end = pos.saturating_add(len as u64).min(self.file_len);
         let have_end = self.at + self.buf.len() as u64;
         if pos < self.at || want_end > have_end {
@@ -98,7 +96,7 @@ impl Window {
 /// code, the whole record that TOTALSIZE claims when it fits in the file, so that they classify as the whole rest
 /// of the file would. (Behind any other magic code, a blank's included, the first 8 bytes decide: the blank's
 /// TOTALSIZE, the rest of its segment, is never read.)
-fn record_bytes(w: &mut Window, at: u64) -> Result<&[u8]> {
+pub(super) fn record_bytes(w: &mut Window, at: u64) -> Result<&[u8]> {
     let left = w.file_len.saturating_sub(at);
     let head = w.get(at, END_FILE_MIN_BLANK_LENGTH)?;
     let word = |i: usize| head.get(i..i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, i32::from_be_bytes);
@@ -145,66 +143,43 @@ enum ChainEnd {
 }
 
 /// Walks the chain of a segment from its first byte, calling `visit` with each record's position. With `full`
-/// (the newest segment) records are checked as recovery checks them; otherwise the walk steps over every record
-/// whose header holds together ([`cursor::header_size`]), whether or not its other fields add up (its reader
-/// checks them and reports a record that does not), which is the same chain at the cost of reading headers.
-fn walk(w: &mut Window, base: i64, full: bool, mut visit: impl FnMut(u64)) -> Result<ChainEnd> {
+/// (the newest segment) records are checked as recovery checks them, and with `unclean` as well (a crash is
+/// possible) a record whose topic or properties are zeros where a power loss reverted a page ends the chain, as
+/// it ends opening's walk. Otherwise the walk steps over every record whose header holds together
+/// ([`cursor::header_size`]), whether or not its other fields add up (its reader checks them and reports a
+/// record that does not), which is the same chain at the cost of reading headers.
+fn walk(w: &mut Window, base: i64, full: bool, unclean: bool, mut visit: impl FnMut(u64)) -> Result<ChainEnd> {
     let (mut at, mut prev) = (0u64, None);
     let opts = if full { FULL } else { HEADERS };
+    let ended = |at: u64, why: String, prev: Option<u64>| {
+        let reason = match prev {
+            Some(p) => format!("{why} (the record before it starts at commitlog offset {})", base + p as i64),
+            None => why,
+        };
+        Ok(ChainEnd::Broken { at, reason })
+    };
     loop {
         let hop = if full { None } else { header_size(w, base, at)? };
         let size = match hop {
             Some(n) => n,
             None => match step(w, base, at, opts)? {
-                Found::Record(h) => h.total_size as u64,
-                Found::Blank => return Ok(ChainEnd::Blank(at)),
-                other => {
-                    let why = broken(other);
-                    let reason = match prev {
-                        Some(p) => {
-                            format!("{why} (the record before it starts at commitlog offset {})", base + p as i64)
+                Found::Record(h) => {
+                    if unclean && full {
+                        let rest = w.get(at, h.total_size as usize + 2 * 4096)?;
+                        if tail_zeroed(&h, rest) && lost_page_in(rest, at as usize) {
+                            return ended(at, LOST_PAGE.to_owned(), prev);
                         }
-                        None => why,
-                    };
-                    return Ok(ChainEnd::Broken { at, reason });
+                    }
+                    h.total_size as u64
                 }
+                Found::Blank => return Ok(ChainEnd::Blank(at)),
+                other => return ended(at, broken(other), prev),
             },
         };
         visit(at);
         prev = Some(at);
         at += size;
     }
-}
-
-/// The first record at or after `from` that [`cursor::validates_completely`], unless the bytes from `from` start
-/// with a window of zeros (a clean end). This is how recovery tells a torn tail (no record follows) from damage
-/// in the middle of the data (one does).
-fn valid_record_after(w: &mut Window, base: i64, from: u64) -> Result<Option<u64>> {
-    if w.get(from, CLEAN_END_WINDOW)?.iter().take(CLEAN_END_WINDOW).all(|b| *b == 0) {
-        return Ok(None);
-    }
-    let mut p = from;
-    while p + END_FILE_MIN_BLANK_LENGTH as u64 <= w.file_len {
-        let chunk = w.get(p, CHUNK)?;
-        let n = chunk.len();
-        let mut candidates = Vec::new();
-        let mut q = 0;
-        while let Some(c) = cursor::next_candidate(chunk, q) {
-            candidates.push(p + c as u64);
-            q = c + 1;
-        }
-        for c in candidates {
-            if cursor::validates_completely(record_bytes(w, c)?, base as u64 + c, false) {
-                return Ok(Some(c));
-            }
-        }
-        if n < 8 {
-            break;
-        }
-        // Overlap by 7 bytes so that no magic code straddling the chunk end is missed.
-        p += (n - 7) as u64;
-    }
-    Ok(None)
 }
 
 /// Bytes of a segment left out of the rows, and why.
@@ -265,57 +240,64 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
             break;
         }
     }
+    let around = tail::Around::of(dir)?;
     let mut plans = Vec::with_capacity(segs.len());
-    for (i, (path, base)) in segs.into_iter().enumerate() {
-        let mut w = Window::open(&path)?;
-        let mut plan = SegmentPlan { path, base, starts: Vec::new(), data_end: 0, damage: None };
-        let broken = if last.is_none_or(|l| i > l) {
-            valid_record_after(&mut w, base, 0)?.map(|found| ChainEnd::Broken {
-                at: 0,
-                reason: format!(
-                    "the segment after the end of the data does not start with a record, yet a valid record \
-                     follows at commitlog offset {}",
-                    base + found as i64
-                ),
-            })
-        } else {
-            let full = Some(i) == last;
-            let mut next_cut = 0u64;
-            let starts = &mut plan.starts;
-            let end = walk(&mut w, base, full, |at| {
-                if at >= next_cut {
-                    starts.push(at);
-                    next_cut = (at / split_size + 1).saturating_mul(split_size);
-                }
-            })?;
-            match end {
-                ChainEnd::Blank(at) => {
-                    plan.data_end = at;
-                    None
-                }
-                ChainEnd::Broken { at, reason } => {
-                    plan.data_end = at;
-                    match (full, valid_record_after(&mut w, base, at)?) {
-                        (true, None) => None, // the end of the data: zeros, or a torn write
-                        (true, Some(found)) => Some(ChainEnd::Broken {
-                            at,
-                            reason: format!(
-                                "{reason}; yet a valid record follows at commitlog offset {}",
-                                base + found as i64
-                            ),
-                        }),
-                        (false, _) => Some(ChainEnd::Broken { at, reason }),
-                    }
-                }
+    // The first position after the newest segment's chain that is neither a record nor a blank (segment, file
+    // position, why): what lies from there on is classified as opening classifies it.
+    let mut end_at: Option<(usize, u64, String)> = None;
+    for (i, (path, base)) in segs.iter().enumerate() {
+        let mut plan = SegmentPlan { path: path.clone(), base: *base, starts: Vec::new(), data_end: 0, damage: None };
+        if last.is_none_or(|l| i > l) {
+            if end_at.is_none() {
+                end_at = Some((i, 0, "the segment after the end of the data does not start with a record".into()));
             }
-        };
-        if let Some(ChainEnd::Broken { at, reason }) = broken {
-            if !skip_damage {
-                return Err(Error::Corruption { path: plan.path, offset: base + at as i64, reason });
+            plans.push(plan);
+            continue;
+        }
+        let mut w = Window::open(path)?;
+        let full = Some(i) == last;
+        let mut next_cut = 0u64;
+        let starts = &mut plan.starts;
+        let end = walk(&mut w, *base, full, around.unclean, |at| {
+            if at >= next_cut {
+                starts.push(at);
+                next_cut = (at / split_size + 1).saturating_mul(split_size);
             }
-            plan.damage = Some(Skipped { offset: base + at as i64, length: w.file_len.saturating_sub(at), reason });
+        })?;
+        match end {
+            ChainEnd::Blank(at) => plan.data_end = at,
+            ChainEnd::Broken { at, reason } if full => {
+                plan.data_end = at;
+                end_at = Some((i, at, reason));
+            }
+            ChainEnd::Broken { at, reason } => {
+                plan.data_end = at;
+                if !skip_damage {
+                    return Err(Error::Corruption { path: plan.path, offset: base + at as i64, reason });
+                }
+                plan.damage = Some(Skipped { offset: base + at as i64, length: w.file_len.saturating_sub(at), reason });
+            }
         }
         plans.push(plan);
+    }
+    if let Some((i, at, reason)) = end_at {
+        if let Some(why) = tail::damage_after(&segs, i, at, &around)? {
+            let (path, base) = &segs[i];
+            let reason = format!("{reason}; {}", why.reason);
+            if !skip_damage {
+                return Err(Error::Corruption { path: path.clone(), offset: base + at as i64, reason });
+            }
+            let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e));
+            plans[i].damage = Some(Skipped { offset: base + at as i64, length: len(path)?.saturating_sub(at), reason });
+            // Later segments whose valid records are left out with it.
+            for plan in plans.iter_mut().skip(i + 1) {
+                let (from, length) = (plan.base as u64, len(&plan.path)?);
+                if why.following.iter().any(|&(o, _)| o >= from && o < from + length) {
+                    let reason = format!("valid records after the damage at commitlog offset {}", base + at as i64);
+                    plan.damage = Some(Skipped { offset: plan.base, length, reason });
+                }
+            }
+        }
     }
     Ok(plans)
 }

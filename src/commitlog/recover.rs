@@ -186,10 +186,94 @@ pub struct OpenReport {
 }
 
 /// What lies from the first invalid position on.
-enum Tail {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Only zeros: the end of the data.
     Clean,
+    /// The remains of an unfinished append (a kill) or of pages a power loss reverted.
     Torn,
+    /// Bytes neither leaves; `following`: the valid records after them (offset, size).
     Damaged { following: Vec<(u64, u64)> },
+}
+
+/// Where the first invalid position `p` lies: the end of its segment, and the segment after it (start, end).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TailPlace {
+    pub p: u64,
+    pub file_end: u64,
+    pub next: Option<(u64, u64)>,
+}
+
+/// What [`classify_tail`] asks about the bytes from the first invalid position `p` on, each only when the rule
+/// needs it. Opening answers from the mapped segments; the commitlog planner (`columnar::split`), which reads a
+/// store a broker may be writing, with positioned reads. One rule, so that an export and an open never disagree
+/// on what a store holds.
+pub(crate) trait TailFacts {
+    /// Every position after `p` (to the end of the last segment) holding a record that validates completely and
+    /// names its own offset, in order, with its header.
+    fn following(&mut self) -> Result<Vec<(u64, RecordHeader)>>;
+    /// Whether the bytes at `p` are what a power loss leaves ([`lost_page_in`]).
+    fn lost_page(&mut self) -> Result<bool>;
+    /// One past the last non-zero byte of `p`'s segment from `p`, relative to `p` (0: all zero).
+    fn here_extent(&mut self) -> Result<u64>;
+    /// Whether a segment starting after the one after `p`'s holds a non-zero byte.
+    fn beyond_next(&mut self) -> Result<bool>;
+    /// [`RecoverOptions::dispatched_end`].
+    fn dispatched_end(&mut self) -> Result<u64>;
+}
+
+/// Classifies the bytes from `place.p` (the first position that is neither a record nor a blank) to the end of
+/// the last segment, given whether any of them is non-zero (module docs: clean, torn or damaged). `unclean` and
+/// `durable_timestamp` as in [`RecoverOptions`].
+pub(crate) fn classify_tail(
+    place: TailPlace,
+    nonzero_after: bool,
+    unclean: bool,
+    durable_timestamp: i64,
+    facts: &mut dyn TailFacts,
+) -> Result<Tail> {
+    if !nonzero_after {
+        return Ok(Tail::Clean);
+    }
+    let p = place.p;
+    let following = facts.following()?;
+    let damaged = |following: Vec<(u64, RecordHeader)>| Tail::Damaged {
+        following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect(),
+    };
+    // A power loss: pages written after the last sync reached the disk in any subset, so the first lost page
+    // may be followed by any later pages (and by consume-queue pages pointing at lost records). What is
+    // left at `p` shows it: zeros running to a page end inside the record. Records stored before the
+    // checkpoint's durable time were flushed and cannot be lost this way.
+    if unclean && facts.lost_page()? && !following.iter().any(|(_, h)| h.store_timestamp < durable_timestamp) {
+        return Ok(Tail::Torn);
+    }
+    if !unclean || facts.dispatched_end()? > p {
+        return Ok(damaged(following));
+    }
+    // Where an unfinished append may lie: in `p`'s segment from `p`, or (after a roll) at the start of the
+    // next segment, with at most the torn blank left in `p`'s segment.
+    let in_next = |o: u64| place.next.is_some_and(|(start, end)| o >= start && o < end);
+    let in_file = |o: u64| o > p && o < place.file_end;
+    let mut here_extent = None;
+    let mut ok = !facts.beyond_next()?;
+    let mut prev: Option<(u64, &RecordHeader)> = None;
+    for (o, h) in &following {
+        if !in_file(*o) {
+            let extent = match here_extent {
+                Some(e) => e,
+                None => *here_extent.insert(facts.here_extent()?),
+            };
+            ok &= in_next(*o) && extent <= 8;
+        }
+        if let Some((po, ph)) = prev {
+            // Records of one append, in order and not overlapping. Their other fields cannot be compared: a
+            // torn record validates when its body and lengths are whole, whatever its queue offset, store time
+            // or properties hold (the body CRC covers none of them).
+            ok &= *o >= po + ph.total_size as u64;
+        }
+        prev = Some((*o, h));
+    }
+    Ok(if ok { Tail::Torn } else { damaged(following) })
 }
 
 impl CommitLog {
@@ -215,8 +299,10 @@ impl CommitLog {
                 None => break cursor.offset().min(last.end()),
                 // The body CRC does not cover the topic and properties: a record whose later page a power loss
                 // reverted to zeros still validates. Such a record is the first lost position.
-                Some(Step::Record(r)) if opts.unclean && tail_zeroed(&r) && lost_page_at(&r.file, r.offset()) => {
-                    let reason = "the record's topic or properties are zeros (a page lost in a power loss)".to_owned();
+                Some(Step::Record(r))
+                    if opts.unclean && tail_zeroed(&r.header, r.bytes()) && lost_page_at(&r.file, r.offset()) =>
+                {
+                    let reason = LOST_PAGE.to_owned();
                     (r.offset(), r.file.clone(), reason)
                 }
                 Some(Step::Record(r)) => {
@@ -229,7 +315,7 @@ impl CommitLog {
                 Some(Step::Partial { offset, file }) => (offset, file, "record is truncated".to_owned()),
                 Some(Step::Invalid { offset, file, reason, .. }) => (offset, file, reason),
             };
-            match self.classify(p, &file, opts, tail.nonzero_end(self, start).max(p)) {
+            match self.classify(p, &file, opts, tail.nonzero_end(self, start).max(p))? {
                 Tail::Clean => break p,
                 Tail::Torn => {
                     report.stop_reason = Some(reason);
@@ -321,61 +407,12 @@ impl CommitLog {
     }
 
     /// Classifies the bytes from `p` (the first position that is neither a record nor a blank) to the end of
-    /// the last segment. `nonzero_end`: [`CommitLog::last_nonzero_end`] at `p`.
-    fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions, nonzero_end: u64) -> Tail {
-        let files = self.queue.files();
-        let nonzero_after = nonzero_end > p;
-        if !nonzero_after {
-            return Tail::Clean;
-        }
-        let following = self.valid_records_after(p);
-        // A power loss: pages written after the last sync reached the disk in any subset, so the first lost page
-        // may be followed by any later pages (and by consume-queue pages pointing at lost records). What is
-        // left at `p` shows it: zeros running to a page end inside the record. Records stored before the
-        // checkpoint's durable time were flushed and cannot be lost this way.
-        if opts.unclean
-            && lost_page_at(file, p)
-            && !following.iter().any(|(_, h)| h.store_timestamp < opts.durable_timestamp)
-        {
-            return Tail::Torn;
-        }
-        if !opts.unclean || opts.dispatched_end > p {
-            return Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() };
-        }
-        // Where an unfinished append may lie: in `p`'s segment from `p`, or (after a roll) at the start of the
-        // next segment, with at most the torn blank left in `p`'s segment.
-        let next = files.iter().find(|f| f.start() == file.end()).cloned();
-        let in_next = |o: u64| next.as_ref().is_some_and(|n| o >= n.start() && o < n.end());
-        let in_file = |o: u64| o > p && o < file.end();
-        let here_extent = {
-            let pos = (p - file.start()) as usize;
-            let rest = file.slice(pos, (file.end() - p) as usize).unwrap_or_default();
-            nonzero_extent(rest) as u64
-        };
-        let beyond_next = files
-            .iter()
-            .filter(|f| f.start() > file.end())
-            .any(|f| nonzero_extent(f.slice(0, f.size() as usize).unwrap_or_default()) > 0);
-        let shape_ok = {
-            let mut ok = !beyond_next;
-            let mut prev: Option<(u64, &RecordHeader)> = None;
-            for (o, h) in &following {
-                ok &= in_file(*o) || (in_next(*o) && here_extent <= 8);
-                if let Some((po, ph)) = prev {
-                    // Records of one append, in order and not overlapping. Their other fields cannot be
-                    // compared: a torn record validates when its body and lengths are whole, whatever its
-                    // queue offset, store time or properties hold (the body CRC covers none of them).
-                    ok &= *o >= po + ph.total_size as u64;
-                }
-                prev = Some((*o, h));
-            }
-            ok
-        };
-        if shape_ok {
-            Tail::Torn
-        } else {
-            Tail::Damaged { following: following.into_iter().map(|(o, h)| (o, h.total_size as u64)).collect() }
-        }
+    /// the last segment ([`classify_tail`]). `nonzero_end`: [`CommitLog::last_nonzero_end`] at `p`.
+    fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions, nonzero_end: u64) -> Result<Tail> {
+        let next = self.queue.files().iter().find(|f| f.start() == file.end()).map(|n| (n.start(), n.end()));
+        let place = TailPlace { p, file_end: file.end(), next };
+        let mut facts = MappedTail { log: self, file, p, opts };
+        classify_tail(place, nonzero_end > p, opts.unclean, opts.durable_timestamp, &mut facts)
     }
 
     /// Every position after `p` (to the end of the last segment) holding a record that validates completely
@@ -474,12 +511,51 @@ impl Drop for TailScan {
     }
 }
 
+/// [`TailFacts`] from the mapped segments, for opening.
+struct MappedTail<'a> {
+    log: &'a CommitLog,
+    file: &'a Arc<MappedFile>,
+    p: u64,
+    opts: &'a RecoverOptions,
+}
+
+impl TailFacts for MappedTail<'_> {
+    fn following(&mut self) -> Result<Vec<(u64, RecordHeader)>> {
+        Ok(self.log.valid_records_after(self.p))
+    }
+
+    fn lost_page(&mut self) -> Result<bool> {
+        Ok(lost_page_at(self.file, self.p))
+    }
+
+    fn here_extent(&mut self) -> Result<u64> {
+        let (f, p) = (self.file, self.p);
+        let rest = f.slice((p - f.start()) as usize, (f.end() - p) as usize).unwrap_or_default();
+        Ok(nonzero_extent(rest) as u64)
+    }
+
+    fn beyond_next(&mut self) -> Result<bool> {
+        let files = self.log.queue.files();
+        let end = self.file.end();
+        Ok(files
+            .iter()
+            .filter(|f| f.start() > end)
+            .any(|f| nonzero_extent(f.slice(0, f.size() as usize).unwrap_or_default()) > 0))
+    }
+
+    fn dispatched_end(&mut self) -> Result<u64> {
+        Ok(self.opts.dispatched_end)
+    }
+}
+
 /// Whether a valid record's topic holds a zero byte, or its properties end in one (RocketMQ's properties end
 /// with the 0x02 separator): bytes a lost page leaves, which the body CRC does not see.
-fn tail_zeroed(r: &super::Record) -> bool {
-    let bytes = r.bytes();
-    r.header.topic(bytes).contains(&0) || r.header.properties(bytes).last() == Some(&0)
+pub(crate) fn tail_zeroed(header: &RecordHeader, bytes: &[u8]) -> bool {
+    header.topic(bytes).contains(&0) || header.properties(bytes).last() == Some(&0)
 }
+
+/// Why a valid record for which [`tail_zeroed`] and [`lost_page_at`] hold after a crash ends the data.
+pub(crate) const LOST_PAGE: &str = "the record's topic or properties are zeros (a page lost in a power loss)";
 
 /// Whether the bytes at `p` (the first position of `file` that is neither a record nor a blank) are what a
 /// power loss leaves. A page that reverted to its older version holds, in an append-only file, the bytes synced
@@ -490,9 +566,15 @@ fn tail_zeroed(r: &super::Record) -> bool {
 /// - a header that does not: the page (or pages) holding the first 8 bytes is zero from there to its end. (A
 ///   kill leaves the first 8 bytes zero and the rest of the record written, which is not this shape.)
 fn lost_page_at(file: &MappedFile, p: u64) -> bool {
-    const PAGE: usize = 4096;
     let Some(pos) = p.checked_sub(file.start()).and_then(|x| usize::try_from(x).ok()) else { return false };
     let Some(bytes) = file.slice(pos, (file.size() as usize).saturating_sub(pos)) else { return false };
+    lost_page_in(bytes, pos)
+}
+
+/// [`lost_page_at`] on `bytes`, the segment's bytes from position `pos` of its file on: to its end, or at least
+/// to the end of the page after the one holding the end of the record that the first four bytes claim.
+pub(crate) fn lost_page_in(bytes: &[u8], pos: usize) -> bool {
+    const PAGE: usize = 4096;
     let total = bytes.get(..4).map_or(0, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
     let first_boundary = PAGE - pos % PAGE;
     // Relative to `p`: where the pages to look at start, and how far into the record the zeros must begin.
