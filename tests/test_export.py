@@ -254,3 +254,41 @@ def test_the_spark_job_refuses_outputs_that_would_overwrite_or_enter_the_store(s
     assert p.returncode == 2 and "the --json file" in p.stderr and not (tmp_path / "elsewhere").exists()
     assert snapshot(store) == before
     assert sorted(p.name for p in out.iterdir()) == ["messages"]
+
+
+def test_a_damaged_body_is_flagged_by_export_and_never_replayed(src: Path, tmp_path: Path) -> None:
+    """A body that fails its CRC (a flipped bit in an older segment, where the planner reads past it) is
+    exported with `body_crc_ok` false and the command says so (exit 1), as `rmq scan` does; replay never
+    appends it, since the destination would store it under a new, matching CRC. Tried as a user would on main:
+    both commands exited 0 without a word, and the replayed copy held the damaged body as a sound message."""
+    copy = tmp_path / "src"
+    shutil.copytree(src, copy)
+    victim = everything(copy)[7]
+    seg_path = copy / "commitlog" / f"{victim['commitlog_offset'] // 4096 * 4096:020d}"
+    seg = bytearray(seg_path.read_bytes())
+    at = seg.index(victim["body"], victim["commitlog_offset"] % 4096) + 2
+    seg[at] ^= 0x01
+    seg_path.write_bytes(seg)
+    off = victim["commitlog_offset"]
+    damaged: list[int] = []
+    assert export(copy, tmp_path / "all.jsonl", damaged=damaged) == N
+    assert damaged == [off]
+    rows = [json.loads(x) for x in (tmp_path / "all.jsonl").read_text().splitlines()]
+    assert [r["commitlog_offset"] for r in rows if not r["body_crc_ok"]] == [off]
+    with rmq.MessageStore(tmp_path / "dst", CONFIG) as dst:
+        with pytest.raises(rmq.CorruptionError, match=f"1 message.*commitlog offset {off}"):
+            replay(copy, dst, Selection(topics=[victim["topic"]]))
+        dst.wait_dispatched(10)
+        kept = list(dst.scan())
+    sound = [r for r in everything(copy) if r["topic"] == victim["topic"] and r["commitlog_offset"] != off]
+    assert [m.body for m in kept] == [r["body"] for r in sound]  # every other message, and not the damaged one
+    for args, what in (
+        (("export", str(copy), str(tmp_path / "cli.jsonl")), "were exported with body_crc_ok false"),
+        (("replay", str(copy), str(tmp_path / "dst2"), "--json"), "were not replayed"),
+    ):
+        p = cli(*args)
+        assert p.returncode == 1, p.stderr
+        assert f"the first at commitlog offset {off}) and {what}" in p.stderr
+    assert json.loads(p.stdout) == {"replayed": N - 1, "dst": str(tmp_path / "dst2"), "damaged_bodies": [off]}
+    with rmq.MessageStore(tmp_path / "dst2", CONFIG, read_only=True) as dst2:
+        assert all(m.body != victim["body"] for m in dst2.scan())

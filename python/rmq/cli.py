@@ -194,7 +194,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     missing = missing_spark_extra()
     if missing is not None and missing != "pyspark":
         raise CommandError(f"export and replay need pyarrow ({missing} is not installed): pip install 'rmq[spark]'")
-    from rmq.export import Selection, export, replay
+    from rmq.export import Selection, damaged_bodies, export, replay
 
     store = existing_store(args.store)
     sel = Selection(
@@ -213,24 +213,31 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     total = sum(p.stat().st_size for p in (store / "commitlog").iterdir() if p.is_file())
     progress = Progress(f"{args.command}ing", total=total)
+    damaged: list[int] = []
     try:
         if args.command == "export":
-            n = export(store, args.out, args.format, sel, progress=progress)
-            result = {"exported": n, "out": str(args.out)}
+            n = export(store, args.out, args.format, sel, damaged=damaged, progress=progress)
+            result: dict[str, object] = {"exported": n, "out": str(args.out)}
+            what = "were exported with body_crc_ok false"
         else:
             # Before the destination is opened: opening writes (lock, abort marker, directories).
             refuse_overlap(store, (args.dst,), "the destination store")
             if args.to_topic is not None:
                 rmq._native.check_producer_topic(args.to_topic)
             with rmq.MessageStore(args.dst, store_config(args)) as dst:
-                n = replay(store, dst, sel, to_topic=args.to_topic, progress=progress)
+                n = replay(store, dst, sel, to_topic=args.to_topic, damaged=damaged, progress=progress)
             result = {"replayed": n, "dst": str(args.dst)}
+            what = "were not replayed"
     finally:
         progress.close()
+    result["damaged_bodies"] = damaged
     if args.json:
         print_json(result)
     else:
         print(f"{args.command}ed {n} messages", file=sys.stderr)
+    if damaged:
+        print(f"rmq: {damaged_bodies(len(damaged), damaged[0], what)}: their bodies are damaged", file=sys.stderr)
+        return EXIT_PROBLEMS
     return EXIT_OK
 
 

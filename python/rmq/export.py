@@ -208,6 +208,15 @@ def _flat(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, names=names)
 
 
+def _noting_damage(rows: Iterator[pa.RecordBatch], damaged: list[int] | None) -> Iterator[pa.RecordBatch]:
+    """`rows`, with the commitlog offsets of the rows whose body fails its CRC appended to `damaged`."""
+    for batch in rows:
+        if damaged is not None:
+            bad = pc.invert(batch.column("body_crc_ok"))
+            damaged.extend(batch.column("commitlog_offset").filter(bad).to_pylist())
+        yield batch
+
+
 def export(
     store: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -215,13 +224,15 @@ def export(
     sel: Selection = Selection(),
     *,
     skipped: list[tuple[int, int, str]] | None = None,
+    damaged: list[int] | None = None,
     progress: Progress | None = None,
 ) -> int:
     """Writes the selected messages of `store` to the file `out` in `fmt` (`jsonl`: one JSON object per message,
     body as `body_base64`, times in ms; `parquet`: the Spark source's schema; `csv`: body base64, properties
     as JSON, keys space-separated). Written to a temporary name and renamed, so `out` is whole or absent.
     `out` may not lie inside the store (`InvalidArgumentError`, nothing written). Returns the number of
-    messages."""
+    messages. A message whose body fails its CRC is written with `body_crc_ok` false (what is left of it may
+    still help), and its commitlog offset is appended to `damaged` when that list is given."""
     if fmt not in FORMATS:
         raise rmq.InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     out = Path(out)
@@ -235,7 +246,7 @@ def export(
             import pyarrow.parquet as pq
 
             with pq.ParquetWriter(tmp, arrow_schema()) as writer:
-                for batch in batches(store, sel, skipped=skipped, progress=progress):
+                for batch in _noting_damage(batches(store, sel, skipped=skipped, progress=progress), damaged):
                     writer.write_batch(batch)
                     count += batch.num_rows
         elif fmt == "csv":
@@ -243,7 +254,7 @@ def export(
 
             writer_csv: pacsv.CSVWriter | None = None
             with open(tmp, "wb") as f:
-                for batch in batches(store, sel, skipped=skipped, progress=progress):
+                for batch in _noting_damage(batches(store, sel, skipped=skipped, progress=progress), damaged):
                     flat = _flat(batch)
                     if writer_csv is None:
                         writer_csv = pacsv.CSVWriter(f, flat.schema)
@@ -253,7 +264,7 @@ def export(
                     writer_csv.close()
         else:
             with open(tmp, "w", encoding="utf-8") as f:
-                for batch in batches(store, sel, skipped=skipped, progress=progress):
+                for batch in _noting_damage(batches(store, sel, skipped=skipped, progress=progress), damaged):
                     for row in batch.to_pylist():
                         f.write(json.dumps(_json_row(row), ensure_ascii=False) + "\n")
                     count += batch.num_rows
@@ -270,19 +281,29 @@ def replay(
     *,
     to_topic: str | None = None,
     skipped: list[tuple[int, int, str]] | None = None,
+    damaged: list[int] | None = None,
     progress: Progress | None = None,
 ) -> int:
     """Appends the selected messages of the store `src` to `dst` (an open, writable store), in commitlog order:
     same body, queue id, tags, keys, flag, born host and time, reconsume times and user properties (UNIQ_KEY
     included, so message ids stay); the destination gives them new offsets and store times. `to_topic` sends
     them to another topic (a DLQ back to its topic). Returns the number appended. `dst` may not be `src`, nor
-    lie inside it or hold it (`InvalidArgumentError`, nothing appended)."""
+    lie inside it or hold it (`InvalidArgumentError`, nothing appended).
+
+    A message whose body fails its CRC is never appended: the destination would store the damaged body under a
+    new, matching CRC, and the damage would be gone from sight. Every other message is appended; then the
+    damaged ones' commitlog offsets go to `damaged` when that list is given, and otherwise `CorruptionError`
+    names how many there were and where the first one is."""
     refuse_overlap(src, (dst.path,), "the destination store")
     count = 0
+    bad: list[int] = []
     for batch in batches(src, sel, skipped=skipped, progress=progress):
         for row in batch.to_pylist():
             if row["transaction_type"] in ("PREPARED", "ROLLBACK"):
                 continue  # not messages a consumer sees
+            if not row["body_crc_ok"]:
+                bad.append(row["commitlog_offset"])
+                continue
             props = {k: v for k, v in row["properties"] if k not in BROKER_PROPERTIES}
             dst.put(
                 to_topic if to_topic is not None else row["topic"],
@@ -297,4 +318,13 @@ def replay(
                 reconsume_times=row["reconsume_times"],
             )
             count += 1
+    if damaged is not None:
+        damaged.extend(bad)
+    elif bad:
+        raise rmq.CorruptionError(damaged_bodies(len(bad), bad[0], "were not replayed"))
     return count
+
+
+def damaged_bodies(n: int, first: int, what: str) -> str:
+    """One sentence on `n` messages whose body fails its CRC, the first at commitlog offset `first`."""
+    return f"{n} message(s) have a body that fails its CRC (the first at commitlog offset {first}) and {what}"
