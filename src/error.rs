@@ -102,6 +102,15 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         match source.raw_os_error() {
             Some(libc::ENOSPC | libc::EDQUOT) => Error::DiskFull { path: path.into(), needed: None },
+            Some(libc::EMFILE) => {
+                let limit = crate::mmap::open_file_limit().map_or_else(String::new, |n| format!(" ({n})"));
+                let why = format!(
+                    "{source}: a store keeps each of its files open (commitlog segments, consume-queue and index \
+                     files), more than this process may{limit}; raise the limit (`ulimit -n`, LimitNOFILE= for a \
+                     systemd service) and open it again"
+                );
+                Error::Io { path: path.into(), source: std::io::Error::new(source.kind(), why) }
+            }
             _ => Error::Io { path: path.into(), source },
         }
     }

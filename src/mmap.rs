@@ -64,6 +64,35 @@ impl std::fmt::Debug for MappedFile {
     }
 }
 
+/// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit, once. A store keeps each
+/// of its files open while it is open (commitlog segments, every consume queue's files, index files), so a broker
+/// store of a few thousand queues needs more than the 1,024 a shell often allows, and opening it would fail
+/// with "Too many open files". The JVM does the same at start (`-XX:+MaxFDLimit`, on by default), so RocketMQ
+/// itself runs with the hard limit; so does Go's runtime. The hard limit is never changed.
+pub fn raise_open_file_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        #[allow(unsafe_code)]
+        // SAFETY: getrlimit writes one `rlimit` into the struct we own and pass; setrlimit only reads it.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    });
+}
+
+/// This process's soft limit on open files, if known.
+pub fn open_file_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    #[allow(unsafe_code)]
+    // SAFETY: getrlimit writes one `rlimit` into the struct we own and pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    ok.then_some(lim.rlim_cur)
+}
+
 /// The ranges of bytes `[from, size)` of `file` that may hold data: its data extents as the filesystem reports
 /// them (`lseek` `SEEK_DATA`/`SEEK_HOLE`), so that a scan for non-zero bytes can skip holes and space claimed but
 /// never written (`posix_fallocate`'s unwritten extents, which ext4 and XFS report as holes). Where the

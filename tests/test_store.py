@@ -782,3 +782,46 @@ def test_config_from_broker_properties(store_dir: Path) -> None:
         r = store.put("T", b"x")
         assert r.msg_id == "0A00000200002A9F0000000000000000"
         assert [Path(f).stat().st_size for f in store.commitlog_files()] == [8192]
+
+
+OPEN_UNDER_LIMIT = """
+import resource, sys, rmq
+soft, hard = int(sys.argv[2]), int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard if hard > 0 else resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    with rmq.MessageStore(sys.argv[1], read_only=sys.argv[4] == "ro") as s:
+        print("opened", s.get_max_offset_in_queue("T", 299), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+except rmq.StoreIOError as e:
+    print("error", e)
+"""
+
+
+def test_a_store_of_more_files_than_the_soft_open_file_limit_opens(tmp_path: Path) -> None:
+    """A store keeps each of its files open; a broker store of a few thousand queues needs more than the 1,024
+    descriptors a shell often allows. Tried as a user would on main: a store of 1,200 queues under `ulimit -n
+    1024` failed to open ("Too many open files", read-only too, so `rmq check` and `rmq scan` failed). The open
+    now raises the soft limit to the hard one, as the JVM does for RocketMQ; under a hard limit too low, the
+    error says what to do and the store is left as it was."""
+    store = tmp_path / "store"
+    with rmq.MessageStore(store, small_config()) as s:
+        for q in range(300):
+            s.put("T", b"x", queue_id=q)
+    assert len(list((store / "consumequeue" / "T").iterdir())) == 300
+    hard = 4096
+    for mode in ("ro", "rw"):
+        out = subprocess.run(
+            [sys.executable, "-c", OPEN_UNDER_LIMIT, str(store), "256", str(hard), mode],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout  # fmt: skip
+        assert out.split() == ["opened", "1", str(hard)], out
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file() and p.name != "lock"}
+    for mode in ("ro", "rw"):
+        out = subprocess.run(
+            [sys.executable, "-c", OPEN_UNDER_LIMIT, str(store), "256", "256", mode],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout  # fmt: skip
+        assert out.startswith("error") and "Too many open files" in out and "ulimit -n" in out, out
+        assert "(256)" in out
+    after = {p: p.read_bytes() for p in store.rglob("*") if p.is_file() and p.name != "lock"}
+    assert after == before
+    assert not (store / "abort").exists()

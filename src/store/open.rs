@@ -56,6 +56,7 @@ impl MessageStore {
     pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
         let began = std::time::Instant::now();
         config.validate()?;
+        crate::mmap::raise_open_file_limit();
         config.broker.store_host = crate::message::encode::canonical_host(config.broker.store_host);
         let storage = if options.read_only { Storage::Overlay } else { Storage::Disk };
         let lock = if options.read_only {
