@@ -11,6 +11,7 @@ import ipaddress
 import os
 import shutil
 import struct
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -215,3 +216,30 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path | None]:
+    """A 16 MiB tmpfs under tmp_path, or None where mounting is not possible (never on CI)."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    on_ci = bool(os.environ.get("CI"))
+    why = None
+    if os.geteuid() != 0:
+        why = "not root"
+    else:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            why = f"mount failed: {proc.stderr.strip()}"
+    if why is not None:
+        if on_ci:
+            pytest.fail(f"CI must mount a tmpfs for this test ({why})")
+        yield None
+        return
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=True)

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 CHILD = Path(__file__).with_name("disk_full_child.py")
-TMPFS_SIZE = "16m"
 
 
 def run_child(mode: str, root: Path, state: Path, simulate: bool) -> dict:
@@ -95,33 +92,6 @@ def fill_to_the_brim(path: Path) -> None:
                 f.write(chunk)
         except OSError as exc:
             assert exc.errno == errno.ENOSPC, exc
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path | None]:
-    """A 16 MiB tmpfs under tmp_path, or None where mounting is not possible (never on CI)."""
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    on_ci = bool(os.environ.get("CI"))
-    why = None
-    if os.geteuid() != 0:
-        why = "not root"
-    else:
-        proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            why = f"mount failed: {proc.stderr.strip()}"
-    if why is not None:
-        if on_ci:
-            pytest.fail(f"CI must mount a tmpfs for this test ({why})")
-        yield None
-        return
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_full_tmpfs(tmpfs: Path | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

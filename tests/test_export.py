@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import errno
 import json
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from test_read_only import snapshot
 
 import rmq
 from conftest import small_config
-from rmq.export import Selection, batches, export, replay
+from rmq.export import FORMATS, Selection, batches, export, replay
 
 CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
 N = 200
@@ -292,3 +293,27 @@ def test_a_damaged_body_is_flagged_by_export_and_never_replayed(src: Path, tmp_p
     assert json.loads(p.stdout) == {"replayed": N - 1, "dst": str(tmp_path / "dst2"), "damaged_bodies": [off]}
     with rmq.MessageStore(tmp_path / "dst2", CONFIG, read_only=True) as dst2:
         assert all(m.body != victim["body"] for m in dst2.scan())
+
+
+def test_an_export_onto_a_full_disk_is_a_disk_full_error_and_leaves_no_file(
+    src: Path, tmpfs: Path | None, tmp_path: Path
+) -> None:
+    """Tried as a user would: `rmq export STORE /full/x.parquet` said "[Errno 28] Error writing bytes to file.
+    Detail: ..." (which file?), and `rmq replay` onto a full disk "[Errno 28] no space left ...: '<path>'"."""
+    if tmpfs is None:
+        pytest.skip("needs a tmpfs (root); CI always mounts one")
+    (tmpfs / "filler").write_bytes(b"\0" * (shutil.disk_usage(tmpfs).free - (48 << 10)))  # 48 KiB left
+    for fmt in FORMATS:
+        out = tmpfs / f"all.{fmt}"
+        with pytest.raises(rmq.DiskFullError, match="no space left on the device for the export file") as e:
+            export(src, out, fmt)
+        assert e.value.errno == errno.ENOSPC and e.value.filename == str(out)
+        assert sorted(p.name for p in tmpfs.iterdir()) == ["filler"], fmt  # neither the file nor its temporary
+    p = cli("export", str(src), str(tmpfs / "x.jsonl"))
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"rmq: no space left on the device for the export file {str(tmpfs / 'x.jsonl')!r}; nothing was written: "
+        "free space and retry"
+    )
+    p = cli("replay", str(src), str(tmpfs / "dst"))
+    assert p.returncode == 2 and "[Errno" not in p.stderr and "no space left on the device" in p.stderr, p.stderr

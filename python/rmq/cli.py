@@ -332,6 +332,8 @@ def error_line(e: BaseException) -> str:
     if isinstance(e, PermissionError) or (isinstance(e, rmq.StoreIOError) and "(os error 13)" in str(e)):
         where = getattr(e, "filename", None) or getattr(e, "path", None) or ""
         return f"permission denied on {where}: run rmq as a user who may read and write the store, or fix its modes"
+    if isinstance(e, rmq.DiskFullError):  # an OSError too: its message, not "[Errno 28] ...: 'path'"
+        return e.strerror or str(e)
     if isinstance(e, rmq.RmqError):
         return str(e)
     if isinstance(e, FileNotFoundError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
+import errno
 import json
 import os
 import re
@@ -269,6 +270,15 @@ def export(
                         f.write(json.dumps(_json_row(row), ensure_ascii=False) + "\n")
                     count += batch.num_rows
         tmp.replace(out)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, rmq.RmqError):
+            raise rmq.DiskFullError(
+                e.errno,
+                f"no space left on the device for the export file {str(out)!r}; nothing was written: free space "
+                "and retry",
+                str(out),
+            ) from e
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     return count
