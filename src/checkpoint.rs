@@ -280,9 +280,14 @@ impl StoreCheckpoint {
         let existed = path.exists();
         let file = open_or_create(&path)?;
         let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        match crate::mmap::allocate(&file, &path, CHECKPOINT_FILE_SIZE) {
+        // A whole file is left alone (claiming its space again would change its mtime: an open that then fails
+        // on damage must leave the store as it found it).
+        match if len >= CHECKPOINT_FILE_SIZE {
+            Ok(())
+        } else {
+            crate::mmap::allocate(&file, &path, CHECKPOINT_FILE_SIZE)
+        } {
             Ok(()) => {}
-            Err(_) if len >= CHECKPOINT_FILE_SIZE => {}
             Err(e) => {
                 if existed {
                     let _ = file.set_len(len);

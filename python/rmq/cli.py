@@ -148,7 +148,23 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     store = existing_store(args.store)
     body: BodyFormat | None = (args.body_format or "text") if args.body or args.body_format else None
-    result = run_scan(store, args.from_offset, args.limit, config=store_config(args), body=body, json_lines=args.json)
+    result = run_scan(
+        store,
+        args.from_offset,
+        args.limit,
+        config=store_config(args),
+        body=body,
+        json_lines=args.json,
+        recovery=args.recovery,
+    )
+    if args.recovery == "salvage":
+        for d in result.damage:
+            print(f"rmq: read past {d['bytes']} damaged bytes at commitlog offset {d['offset']}: {d['reason']}",
+                  file=sys.stderr)  # fmt: skip
+    if result.damage and args.recovery == "truncate":
+        for d in result.damage:
+            print(f"rmq: stopped at {d['bytes']} damaged bytes at commitlog offset {d['offset']}: {d['reason']}",
+                  file=sys.stderr)  # fmt: skip
     if result.bad_crc_offsets:
         first = result.bad_crc_offsets[0]
         print(
@@ -157,7 +173,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_PROBLEMS
-    return EXIT_OK
+    return EXIT_PROBLEMS if result.damage else EXIT_OK
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -214,9 +230,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     total = sum(p.stat().st_size for p in (store / "commitlog").iterdir() if p.is_file())
     progress = Progress(f"{args.command}ing", total=total)
     damaged: list[int] = []
+    skipped: list[tuple[int, int, str]] | None = [] if args.skip_damage else None
     try:
         if args.command == "export":
-            n = export(store, args.out, args.format, sel, damaged=damaged, progress=progress)
+            n = export(store, args.out, args.format, sel, skipped=skipped, damaged=damaged, progress=progress)
             result: dict[str, object] = {"exported": n, "out": str(args.out)}
             what = "were exported with body_crc_ok false"
         else:
@@ -225,19 +242,46 @@ def cmd_export(args: argparse.Namespace) -> int:
             if args.to_topic is not None:
                 rmq._native.check_producer_topic(args.to_topic)
             with rmq.MessageStore(args.dst, store_config(args)) as dst:
-                n = replay(store, dst, sel, to_topic=args.to_topic, damaged=damaged, progress=progress)
+                n = replay(store, dst, sel, to_topic=args.to_topic, skipped=skipped, damaged=damaged, progress=progress)
             result = {"replayed": n, "dst": str(args.dst)}
             what = "were not replayed"
     finally:
         progress.close()
     result["damaged_bodies"] = damaged
+    if skipped is not None:
+        result["skipped"] = [{"offset": o, "length": n_, "reason": r} for o, n_, r in skipped]
     if args.json:
         print_json(result)
     else:
         print(f"{args.command}ed {n} messages", file=sys.stderr)
+    for offset, length, reason in skipped or ():
+        print(f"rmq: left out {length} damaged bytes at commitlog offset {offset}: {reason}", file=sys.stderr)
     if damaged:
         print(f"rmq: {damaged_bodies(len(damaged), damaged[0], what)}: their bodies are damaged", file=sys.stderr)
+    if damaged or skipped:
         return EXIT_PROBLEMS
+    return EXIT_OK
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    store = existing_store(args.store)
+    with rmq.MessageStore(store, store_config(args), recovery=args.mode) as s:
+        report = s.open_report
+        s.wait_dispatched(3600)
+    lines = []
+    if report["torn_bytes"]:
+        lines.append(f"discarded the unfinished append of a killed writer: {report['torn_bytes']} bytes")
+    for d in report["damage"]:
+        lines.append(
+            f"cut the log at commitlog offset {d['offset']} ({d['bytes']} bytes, {d['dropped_records']} valid "
+            f"records after the damage dropped): {d['reason']}"
+        )
+    if args.json:
+        print_json({"store": str(store), "mode": args.mode, "open_report": report})
+    else:
+        for line in lines or ["nothing to repair"]:
+            print(line)
+        print(f"the log ends at commitlog offset {report['end_offset']}; the store is closed cleanly")
     return EXIT_OK
 
 
@@ -264,6 +308,12 @@ def parser() -> argparse.ArgumentParser:
     scan.add_argument("--body", action="store_true", help="print bodies too (as text unless --body-format)")
     scan.add_argument("--body-format", choices=("text", "hex", "base64"), default=None, help="how to print bodies")
     scan.add_argument("--json", action="store_true", help="JSON lines with every field instead of text lines")
+    scan.add_argument(
+        "--recovery",
+        choices=("strict", "truncate", "salvage"),
+        default="strict",
+        help="how the read-only open treats damage: fail (strict), stop at it (truncate), read past it (salvage)",
+    )
     scan.set_defaults(run=cmd_scan)
 
     spark = sub.add_parser("spark", help="Spark job: store -> Parquet by topic and day, plus summaries")
@@ -292,6 +342,17 @@ def parser() -> argparse.ArgumentParser:
     chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
     chk.set_defaults(run=cmd_check)
 
+    rec = sub.add_parser("recover", help="repair a store in place (open it writable, report, close it cleanly)")
+    rec.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
+    rec.add_argument(
+        "--mode",
+        choices=("strict", "truncate"),
+        default="strict",
+        help="strict: only what a crash leaves (fails on damage); truncate: cut the log at damage as RocketMQ does",
+    )
+    rec.add_argument("--json", action="store_true", help="the open report as JSON")
+    rec.set_defaults(run=cmd_recover)
+
     dump = sub.add_parser("dump", help="every field of every record as JSON lines (or --cq, --index, --checkpoint)")
     dump.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
     part = dump.add_mutually_exclusive_group()
@@ -319,9 +380,14 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--grep", default=None, help="only messages whose body matches this regular expression")
         cmd.add_argument("--from-offset", type=offset_arg, default=None, help="commitlog offset from")
         cmd.add_argument("--to-offset", type=offset_arg, default=None, help="commitlog offset before")
+        cmd.add_argument(
+            "--skip-damage",
+            action="store_true",
+            help="leave damaged bytes out (each listed on stderr, exit 1) instead of stopping at them",
+        )
         cmd.add_argument("--json", action="store_true", help="print the count as JSON")
         cmd.set_defaults(run=cmd_export)
-    for cmd in (scan, desc, chk, dump, exp, rep):
+    for cmd in (scan, desc, chk, rec, dump, exp, rep):
         cmd.add_argument("--max-hash-slot-num", type=size_arg, default=None, help="index slots, if not read off")
         cmd.add_argument("--max-index-num", type=size_arg, default=None, help="index entries, if not read off")
     return p
@@ -334,6 +400,12 @@ def error_line(e: BaseException) -> str:
         return f"permission denied on {where}: run rmq as a user who may read and write the store, or fix its modes"
     if isinstance(e, rmq.DiskFullError):  # an OSError too: its message, not "[Errno 28] ...: 'path'"
         return e.strerror or str(e)
+    if isinstance(e, rmq.CorruptionError) and 'recovery="salvage"' in str(e):
+        return (
+            f"{e} (from the command line: `rmq scan STORE --recovery salvage --json --body-format base64` reads every "
+            "valid record, after the damage too, and changes nothing; `rmq recover STORE --mode truncate` cuts the "
+            "log in place as RocketMQ does)"
+        )
     if isinstance(e, rmq.RmqError):
         return str(e)
     if isinstance(e, FileNotFoundError):

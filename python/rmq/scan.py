@@ -13,16 +13,19 @@ from typing import Any, Literal, TextIO
 
 import rmq
 from rmq._progress import Progress
+from rmq.store import Recovery
 
 BodyFormat = Literal["text", "hex", "base64"]
 
 
 @dataclasses.dataclass
 class ScanResult:
-    """What a scan printed: the message count, and the commitlog offsets of messages whose body CRC fails."""
+    """What a scan printed: the message count, the commitlog offsets of messages whose body CRC fails, and the
+    damage the open passed over or cut at (`open_report["damage"]`: with `recovery` truncate or salvage)."""
 
     messages: int = 0
     bad_crc_offsets: list[int] = dataclasses.field(default_factory=list)
+    damage: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def format_body(body: bytes | memoryview, fmt: BodyFormat) -> str:
@@ -87,14 +90,17 @@ def run_scan(
     config: rmq.StoreConfig | None = None,
     body: BodyFormat | None = None,
     json_lines: bool = True,
+    recovery: Recovery = "strict",
 ) -> ScanResult:
     """Prints the messages of the store at `store_dir` from commitlog offset `from_offset`, at most `limit`, as
     JSON lines (or text lines). The sizes are read off the files unless `config` is given. A bar shows the
-    progress on a terminal."""
+    progress on a terminal. `recovery` is the read-only open's (`salvage` reads every valid record after damage
+    too); the damage it passed over or stopped at is in the result."""
     out = out if out is not None else sys.stdout
     result = ScanResult()
     config = config if config is not None else rmq.StoreConfig.from_files(store_dir)
-    with rmq.MessageStore(store_dir, config, start_services=False, read_only=True) as store:
+    with rmq.MessageStore(store_dir, config, start_services=False, read_only=True, recovery=recovery) as store:
+        result.damage = list(store.open_report["damage"])
         progress = Progress("scanning", total=max(store.max_offset - from_offset, 0), output=out)
         try:
             for msg in store.scan(from_offset):
