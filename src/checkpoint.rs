@@ -77,6 +77,32 @@ fn try_record_lock(file: &File) -> std::io::Result<TryLock> {
     }
 }
 
+/// Whether the store at `root` is open for writing somewhere: in this process (the registry), or in another
+/// one, a broker or another rmq, that holds RocketMQ's lock on `<root>/lock` (asked with `F_GETLK` on a
+/// read-only descriptor: nothing is taken, created or written). `Some(pid)` for another process (0 when the
+/// kernel does not say, or for this one), `None` when nobody holds it or there is no lock file.
+pub fn lock_holder(root: &Path) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(root).ok()?;
+    if locked_roots().contains(&(meta.dev(), meta.ino())) {
+        return Some(0);
+    }
+    let file = File::open(root.join("lock")).ok()?;
+    #[allow(unsafe_code)]
+    // SAFETY: `struct flock` is plain old data for which all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    #[allow(unsafe_code)]
+    // SAFETY: the descriptor is open for the duration of the call (`file` is borrowed), and `fl` is a valid,
+    // initialised `struct flock` that F_GETLK reads and overwrites with the conflicting lock, if any.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) };
+    (rc == 0 && fl.l_type != libc::F_UNLCK as libc::c_short).then(|| u32::try_from(fl.l_pid).unwrap_or(0))
+}
+
 /// Opens `path` for reading and writing, creating it empty if missing and keeping its bytes if not.
 fn open_or_create(path: &Path) -> Result<File> {
     OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, e))

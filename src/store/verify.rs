@@ -94,6 +94,7 @@ struct Break {
 pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     let mut rep = CheckReport::default();
     let unclean = AbortFile::exists(root);
+    let live = crate::checkpoint::lock_holder(root);
     // rmq's verdict: the open itself, read-only. Salvage opens whatever strict would refuse.
     let strict =
         MessageStore::open_with(root, config.clone(), &OpenOptions { read_only: true, ..OpenOptions::default() });
@@ -116,10 +117,29 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     }
     let mut seen = QueueMatches::new(all, i64::MIN);
     let delay_levels = crate::message::tags::parse_delay_levels(&config.dispatch.message_delay_level);
-    let walk = walk_log(log, &mut rep, &mut seen, &delay_levels);
     let open = store.open_report();
+    // A store open for writing elsewhere (a broker, another rmq) goes on growing while it is checked: what was
+    // written after the read-only open settled its end is not part of this check. Past that end the log holds
+    // appends in progress, and consume-queue and index entries, offsets and index slots may already name them.
+    let horizon = live.map(|_| open.end_offset);
+    let walk = walk_log(log, &mut rep, &mut seen, &delay_levels, horizon);
+    if let Some(pid) = live {
+        let who = if pid == 0 { "in this process".to_owned() } else { format!("by process {pid}") };
+        rep.findings.push(Finding {
+            area: "commitlog",
+            kind: "note",
+            path: root.join("lock"),
+            offset: open.end_offset as i64,
+            what: format!(
+                "the store is open for writing ({who} holds its lock): what was written after commitlog offset {} \
+                 (where this check's view of the log ends) is not checked, nor are entries, offsets and index slots \
+                 that name it",
+                open.end_offset
+            ),
+        });
+    }
     for b in &walk {
-        let torn = open.torn_bytes > 0 && b.offset == open.end_offset;
+        let torn = open.torn_bytes > 0 && b.offset == open.end_offset && live.is_none();
         rep.findings.push(Finding {
             area: "commitlog",
             kind: if torn { "torn" } else { "damage" },
@@ -141,21 +161,30 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
             what: format!("{} segment(s) after the end hold nothing (pre-allocated)", open.removed_files),
         });
     }
-    check_queues(skipped, &seen, &delay_levels, log, &mut rep);
-    check_index(root, &config, log, &mut rep)?;
+    check_queues(skipped, &seen, &delay_levels, log, horizon, &mut rep);
+    check_index(root, &config, log, horizon, &mut rep)?;
     check_checkpoint(root, &store, &mut rep);
-    check_offsets(root, &store, &mut rep);
+    if live.is_none() {
+        check_offsets(root, &store, &mut rep);
+    }
     rep.rocketmq_verdict = rocketmq_verdict(log, &store, &walk, unclean);
-    rep.rmq_verdict = rmq_verdict(&store, strict_error, &walk, &rep.findings);
+    rep.rmq_verdict = rmq_verdict(&store, strict_error, &walk, &rep.findings, live.is_some());
     Ok(rep)
 }
 
 /// Every record of the log with CRCs; the positions that are not records (past which the walk resynchronises
-/// at the next valid record), each with the valid records after it.
-fn walk_log(log: &CommitLog, rep: &mut CheckReport, seen: &mut QueueMatches, delay_levels: &[i64]) -> Vec<Break> {
+/// at the next valid record), each with the valid records after it. Up to `horizon` when there is one (a live
+/// store: the end its read-only open settled), else to the end of the last segment.
+fn walk_log(
+    log: &CommitLog,
+    rep: &mut CheckReport,
+    seen: &mut QueueMatches,
+    delay_levels: &[i64],
+    horizon: Option<u64>,
+) -> Vec<Break> {
     let queue = log.queue();
     let Some(last) = queue.last() else { return Vec::new() };
-    let limit = last.end();
+    let limit = horizon.unwrap_or(last.end()).min(last.end());
     let opts = CheckOptions { check_crc: true, ..log.check_options() };
     let mut cursor = Cursor::new(queue, queue.min_offset(), limit, opts);
     let mut breaks: Vec<Break> = Vec::new();
@@ -183,7 +212,7 @@ fn walk_log(log: &CommitLog, rep: &mut CheckReport, seen: &mut QueueMatches, del
         };
         // All zeros from here to the end of the last segment: the clean end of the data (only the data extents
         // the filesystem reports are read).
-        if log.last_nonzero_end(at) <= at {
+        if at >= limit || log.last_nonzero_end(at) <= at {
             break;
         }
         breaks.push(Break { offset: at, path: file.path().to_owned(), reason, following: 0, topics: BTreeMap::new() });
@@ -202,6 +231,7 @@ fn check_queues(
     seen: &QueueMatches,
     delay_levels: &[i64],
     log: &CommitLog,
+    horizon: Option<u64>,
     rep: &mut CheckReport,
 ) {
     for dir in skipped {
@@ -220,12 +250,13 @@ fn check_queues(
         let expected = (min..max)
             .filter_map(|q| cq.entry(q))
             .filter(|e| !(e.is_pre_blank() || (0..log_min).contains(&e.offset)))
+            .filter(|e| horizon.is_none_or(|h| (e.offset as u64) < h))
             .count() as u64;
         if expected == matched {
             rep.cq_entries += (min..max).filter_map(|q| cq.entry(q)).filter(|e| !e.is_pre_blank()).count() as u64;
             continue;
         }
-        check_queue(cq, delay_levels, log, log_min, end, rep);
+        check_queue(cq, delay_levels, log, log_min, end, horizon, rep);
     }
 }
 
@@ -236,6 +267,7 @@ fn check_queue(
     log: &CommitLog,
     log_min: i64,
     end: i64,
+    horizon: Option<u64>,
     rep: &mut CheckReport,
 ) {
     {
@@ -244,7 +276,7 @@ fn check_queue(
         let mut first_bad: Option<(u64, String)> = None;
         for q in min..max {
             let Some(e) = cq.entry(q) else { continue };
-            if e.is_pre_blank() {
+            if e.is_pre_blank() || horizon.is_some_and(|h| e.offset >= 0 && e.offset as u64 >= h) {
                 continue;
             }
             rep.cq_entries += 1;
@@ -313,7 +345,13 @@ fn check_queue(
 }
 
 /// Each index file whole, and every entry against its record.
-fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut CheckReport) -> Result<()> {
+fn check_index(
+    root: &Path,
+    config: &StoreConfig,
+    log: &CommitLog,
+    horizon: Option<u64>,
+    rep: &mut CheckReport,
+) -> Result<()> {
     if !config.dispatch.message_index_enable {
         return Ok(());
     }
@@ -321,7 +359,10 @@ fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Che
     let files = index.files();
     for (i, f) in files.iter().enumerate() {
         let newest = i + 1 == files.len();
-        if let Err(d) = f.check_header(newest).and_then(|()| f.verify()) {
+        if newest && horizon.is_some() {
+            // Being written: its slots and chains change under the check (entries of messages dispatched after
+            // its view of the log ended). Its entries are still checked against their records, below.
+        } else if let Err(d) = f.check_header(newest).and_then(|()| f.verify()) {
             rep.findings.push(Finding {
                 area: "index",
                 kind: "stale",
@@ -336,6 +377,9 @@ fn check_index(root: &Path, config: &StoreConfig, log: &CommitLog, rep: &mut Che
         let log_min = log.min_offset() as i64;
         let mut cached: Option<(i64, Option<Vec<i32>>)> = None;
         f.entries_back(&mut |n, hash, offset| {
+            if horizon.is_some_and(|h| offset >= 0 && offset as u64 >= h) {
+                return true;
+            }
             rep.index_entries += 1;
             if offset < log_min && offset >= 0 {
                 return true;
@@ -496,7 +540,15 @@ fn rocketmq_verdict(log: &CommitLog, store: &MessageStore, walk: &[Break], uncle
 }
 
 /// What rmq's open would do, from the read-only opens this check ran.
-fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break], findings: &[Finding]) -> String {
+/// With `live` (the store is open for writing elsewhere) an append in progress and records its writer has not
+/// dispatched yet are that writer's business, not findings.
+fn rmq_verdict(
+    store: &MessageStore,
+    strict_error: Option<String>,
+    walk: &[Break],
+    findings: &[Finding],
+    live: bool,
+) -> String {
     let open = store.open_report();
     let rec = store.recovery_report();
     let mut parts = Vec::new();
@@ -515,7 +567,7 @@ fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break
             b.offset
         ));
     }
-    if open.torn_bytes > 0 {
+    if open.torn_bytes > 0 && !live {
         parts.push(format!("rmq discards the torn write at offset {} ({} bytes)", open.end_offset, open.torn_bytes));
     }
     if !rec.rebuilt_queues.is_empty() {
@@ -529,13 +581,13 @@ fn rmq_verdict(store: &MessageStore, strict_error: Option<String>, walk: &[Break
                 .into(),
         );
     }
-    if !rec.rebuilt_index_files.is_empty() {
+    if !rec.rebuilt_index_files.is_empty() && !live {
         parts.push(format!("rmq rebuilds {} index range(s) at open", rec.rebuilt_index_files.len()));
     }
     if findings.iter().any(|f| f.area == "index" && f.kind == "stale") {
         parts.push("rmq rebuilds a damaged index file from the commitlog the first time a query reads it".into());
     }
-    if rec.rebuilt_cq_entries > 0 {
+    if rec.rebuilt_cq_entries > 0 && !live {
         parts.push(format!("rmq dispatches {} missing consume-queue entries", rec.rebuilt_cq_entries));
     }
     if parts.is_empty() {
