@@ -244,6 +244,8 @@ def test_the_store_the_demo_writes_opens_in_the_api_and_scans(tmp_path: Path) ->
         (["scan", "{store}", "--from", str(2**63)], "a commitlog offset must be between 0 and"),
         (["scan", "{store}", "--limit", "ten"], "'ten' is not an integer"),
         (["scan", "{store}", "--body-format", "utf16"], "invalid choice"),
+        (["scan", "{store}", "--recovery", "maybe"], "invalid choice"),
+        (["recover", "{store}", "--mode", "salvage"], "invalid choice"),
         (["demo", "--segment-size", "0"], "a size must be between 1 and"),
         (["scan"], "the following arguments are required: store"),
         (["frobnicate"], "invalid choice"),
@@ -256,7 +258,7 @@ def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: list[str], 
 
 
 def test_a_missing_store_says_so_and_creates_nothing(tmp_path: Path) -> None:
-    for cmd in ("scan", "describe"):
+    for cmd in ("scan", "describe", "recover"):
         line = one_line_error(rmq_cli(cmd, tmp_path / "no-such-store"))
         assert "does not exist" in line and "commitlog/" in line
     (tmp_path / "empty").mkdir()
@@ -274,7 +276,9 @@ def test_a_locked_store_is_read_but_not_written(tmp_path: Path) -> None:
         assert len(proc.stdout.splitlines()) == 3
         # A command that writes is refused with one line.
         line = one_line_error(rmq_cli("replay", tmp_path / "s", tmp_path / "d"))
+        recover = one_line_error(rmq_cli("recover", tmp_path / "s"))
     assert "is locked" in line and "close that first" in line
+    assert "is locked" in recover and "nothing was changed" in recover
 
 
 def test_a_store_the_user_cannot_read_says_permission_denied(tmp_path: Path) -> None:
