@@ -51,10 +51,8 @@ enum TryLock {
     HeldElsewhere,
 }
 
-/// `fcntl(fd, F_SETLK, {F_WRLCK, SEEK_SET, start 0, len 1})`, the call the JDK makes for
-/// `tryLock(0, 1, false)`. EAGAIN / EACCES: another process holds a conflicting lock.
-fn try_record_lock(file: &File) -> std::io::Result<TryLock> {
-    use std::os::fd::AsRawFd;
+/// RocketMQ's lock as a `struct flock`: a write lock on byte 0 (`{F_WRLCK, SEEK_SET, start 0, len 1}`).
+fn first_byte_write_lock() -> libc::flock {
     #[allow(unsafe_code)]
     // SAFETY: `struct flock` is plain old data for which all-zero bytes are a valid value (the fields that
     // matter are set below; the platform's extra fields stay zero, as the kernel expects).
@@ -63,6 +61,14 @@ fn try_record_lock(file: &File) -> std::io::Result<TryLock> {
     fl.l_whence = libc::SEEK_SET as _;
     fl.l_start = 0;
     fl.l_len = 1;
+    fl
+}
+
+/// `fcntl(fd, F_SETLK, {F_WRLCK, SEEK_SET, start 0, len 1})`, the call the JDK makes for
+/// `tryLock(0, 1, false)`. EAGAIN / EACCES: another process holds a conflicting lock.
+fn try_record_lock(file: &File) -> std::io::Result<TryLock> {
+    use std::os::fd::AsRawFd;
+    let fl = first_byte_write_lock();
     #[allow(unsafe_code)]
     // SAFETY: the descriptor is open for the duration of the call (`file` is borrowed), and `fl` is a valid,
     // initialised `struct flock` that F_SETLK only reads.
@@ -89,13 +95,7 @@ pub fn lock_holder(root: &Path) -> Option<u32> {
         return Some(0);
     }
     let file = File::open(root.join("lock")).ok()?;
-    #[allow(unsafe_code)]
-    // SAFETY: `struct flock` is plain old data for which all-zero bytes are a valid value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as _;
-    fl.l_whence = libc::SEEK_SET as _;
-    fl.l_start = 0;
-    fl.l_len = 1;
+    let mut fl = first_byte_write_lock();
     #[allow(unsafe_code)]
     // SAFETY: the descriptor is open for the duration of the call (`file` is borrowed), and `fl` is a valid,
     // initialised `struct flock` that F_GETLK reads and overwrites with the conflicting lock, if any.

@@ -6,12 +6,14 @@ disk rather than what rmq reads back (spec section 1.2: all integers big-endian)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -243,3 +245,37 @@ def tmpfs(tmp_path: Path) -> Iterator[Path | None]:
     finally:
         if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+LIVE_WRITER = """
+import sys, time, rmq
+from conftest import small_config
+store = rmq.MessageStore(sys.argv[1], small_config(mapped_file_size_commit_log=64 << 10))
+i = 0
+while True:
+    time.sleep(0.0005)  # a few 64 KiB segments a second: the store stays small
+    if i % 3:
+        store.put("T", b"w" * (50 + i % 300), keys=f"w{i}", queue_id=i % 2)
+    else:
+        store.put_batch("T", [b"v" * (40 + j) for j in range(1 + i % 9)], keys=[f"v{i}-{j}" for j in range(1 + i % 9)])
+    i += 1
+    if i == 50:
+        print("ready", flush=True)
+"""
+
+
+@contextlib.contextmanager
+def live_writer(root: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process appending to the store at `root` (single puts and batches of 1-9, 64 KiB segments) from
+    its 50th append on, until the block ends; then it is killed with SIGKILL, leaving whatever a kill leaves."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", LIVE_WRITER, str(root)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        yield writer
+    finally:
+        writer.kill()
+        writer.wait()
+        if writer.stdout is not None:
+            writer.stdout.close()

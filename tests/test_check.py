@@ -16,7 +16,7 @@ import pytest
 from test_read_only import snapshot
 
 import rmq
-from conftest import small_config
+from conftest import live_writer, small_config
 from rmq.check import check_store
 
 SEG = 4096
@@ -217,23 +217,6 @@ def test_unreadable_store_exits_2(base: tuple[Path, list[int]], tmp_path: Path, 
     assert snapshot(root) == before
 
 
-LIVE_WRITER = """
-import sys, time, rmq
-from conftest import small_config
-store = rmq.MessageStore(sys.argv[1], small_config(mapped_file_size_commit_log=64 << 10))
-i = 0
-while True:
-    time.sleep(0.0005)
-    if i % 3:
-        store.put("T", b"w" * (50 + i % 300), keys=f"w{i}", queue_id=i % 2)
-    else:
-        store.put_batch("T", [b"v" * (40 + j) for j in range(1 + i % 9)], keys=[f"v{i}-{j}" for j in range(1 + i % 9)])
-    i += 1
-    if i == 50:
-        print("ready", flush=True)
-"""
-
-
 def test_a_store_being_written_checks_clean_and_then_a_kill_is_a_torn_write(tmp_path: Path) -> None:
     """`rmq check` beside a live writer. Tried as a user would on main: 14 of 15 checks of a healthy store that
     another process was writing ended in "problems found": index slots and chains read while they changed, index
@@ -241,11 +224,7 @@ def test_a_store_being_written_checks_clean_and_then_a_kill_is_a_torn_write(tmp_
     append in progress as commitlog "damage". The check now sees the writer's lock and checks the store as of its
     read-only open, saying so in a note; after the writer is killed, what it leaves is a torn write, not damage."""
     root = tmp_path / "live"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", LIVE_WRITER, str(root)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent
-    )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    with live_writer(root) as writer:
         for _ in range(12):
             rep = check_store(root)
             assert rep["clean"], rep["findings"]
@@ -254,11 +233,6 @@ def test_a_store_being_written_checks_clean_and_then_a_kill_is_a_torn_write(tmp_
             assert rep["records"] > 0 and rep["rmq_verdict"].startswith("clean")
         code, out, err = run(root)
         assert code == 0, out + err
-    finally:
-        writer.kill()
-        writer.wait()
-        if writer.stdout is not None:
-            writer.stdout.close()
     rep = check_store(root)
     assert not any(f["kind"] == "damage" for f in rep["findings"]), rep["findings"]
     assert not any("is open for writing" in f["what"] for f in rep["findings"])

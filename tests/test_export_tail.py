@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rmq
-from conftest import small_config
+from conftest import live_writer, small_config
 from rmq.export import batches
 
 N, BATCH = 30, 4
@@ -160,34 +160,12 @@ def test_the_export_and_the_open_agree_on_the_end_of_the_data(
     assert _exported(store) == _opened(store)
 
 
-WRITER = """
-import sys, time, rmq
-from conftest import small_config
-store = rmq.MessageStore(sys.argv[1], small_config(mapped_file_size_commit_log=64 << 10))
-i = 0
-while True:
-    time.sleep(0.0005)  # a few segments a second: the store stays small, the exports many
-    if i % 3:
-        store.put("T", b"w" * (50 + i % 300), keys=f"w{i}", queue_id=i % 2)
-    else:
-        store.put_batch("T", [b"v" * (40 + j) for j in range(1 + i % 9)], keys=[f"v{i}-{j}" for j in range(1 + i % 9)])
-    i += 1
-    if i == 50:
-        print("ready", flush=True)
-"""
-
-
 def test_exports_of_a_store_being_written_and_then_killed(tmp_path: Path) -> None:
     """Exports while another process appends (single puts and batches, segments rolling every 64 KiB) never
     call its unfinished append damage, and each holds the one before it; after the writer is killed with
     SIGKILL, the export holds exactly what the open keeps."""
     store = tmp_path / "live"
-    tests_dir = str(Path(__file__).parent)
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(store)], stdout=subprocess.PIPE, text=True, cwd=tests_dir
-    )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    with live_writer(store):
         previous: list[int] = []
         rounds, deadline = 0, time.monotonic() + 120
         while rounds < 25 or len(list((store / "commitlog").iterdir())) < 6:
@@ -197,11 +175,6 @@ def test_exports_of_a_store_being_written_and_then_killed(tmp_path: Path) -> Non
             assert got != "damage"
             assert isinstance(got, list) and got[: len(previous)] == previous and len(got) >= len(previous)
             previous = got
-    finally:
-        writer.kill()
-        writer.wait()
-        if writer.stdout is not None:
-            writer.stdout.close()
     final = _exported(store)
     assert isinstance(final, list) and final[: len(previous)] == previous
     assert final == _opened(store)

@@ -157,14 +157,11 @@ def cmd_scan(args: argparse.Namespace) -> int:
         json_lines=args.json,
         recovery=args.recovery,
     )
-    if args.recovery == "salvage":
-        for d in result.damage:
-            print(f"rmq: read past {d['bytes']} damaged bytes at commitlog offset {d['offset']}: {d['reason']}",
-                  file=sys.stderr)  # fmt: skip
-    if result.damage and args.recovery == "truncate":
-        for d in result.damage:
-            print(f"rmq: stopped at {d['bytes']} damaged bytes at commitlog offset {d['offset']}: {d['reason']}",
-                  file=sys.stderr)  # fmt: skip
+    verb = "read past" if args.recovery == "salvage" else "stopped at"  # strict: no damage, it raised
+    for d in result.damage:
+        print(
+            f"rmq: {verb} {d['bytes']} damaged bytes at commitlog offset {d['offset']}: {d['reason']}", file=sys.stderr
+        )
     if result.bad_crc_offsets:
         first = result.bad_crc_offsets[0]
         print(

@@ -12,8 +12,8 @@
 //! follows recovery: the newest segment that starts with a record is validated in full (every length, the body
 //! CRC, the offset, a blank that fills the rest of the file) up to the end of the data, and what lies where its
 //! chain stops is classified by opening's own rule ([`super::tail`]): zeros or an unfinished append end the
-//! data, anything else is damage. Older segments, which recovery trusts, are walked without the body CRC, and a record there whose fields do
-//! not add up but whose header holds together ([`cursor::header_size`]: magic code, TOTALSIZE, its own
+//! data, anything else is damage. Older segments, which recovery trusts, are walked without the body CRC, and a
+//! record there whose fields do not add up but whose header holds together ([`cursor::header_size`]: magic code, TOTALSIZE, its own
 //! PHYSICALOFFSET) stays in the chain: its reader reports it ([`SplitReader::take_skipped`]); a body with a bad
 //! CRC is read and flagged (`body_crc_ok`). A chain that breaks anywhere else is damage: [`Error::Corruption`]
 //! naming the segment file and the commitlog offset where the chain broke or, when the caller skips damage, the
@@ -36,7 +36,7 @@ use crate::message::decode::CheckOptions;
 use crate::message::{END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
 
 /// How the newest segment's records are checked, as recovery checks them (`checkCRCOnRecover`).
-const FULL: CheckOptions = CheckOptions { check_crc: true, force_prop_crc: false };
+pub(super) const FULL: CheckOptions = CheckOptions { check_crc: true, force_prop_crc: false };
 /// How older segments' records are checked: every length and the offset; a bad body CRC is a flag on the row.
 const HEADERS: CheckOptions = CheckOptions { check_crc: false, force_prop_crc: false };
 
@@ -108,7 +108,7 @@ pub(super) fn record_bytes(w: &mut Window, at: u64) -> Result<&[u8]> {
 
 /// One step of the record chain: what is at `at` of the segment starting at commitlog offset `base`, by the
 /// cursor's rules with `opts`. Fewer bytes left than a blank takes end the segment's records, as a blank does.
-fn step(w: &mut Window, base: i64, at: u64, opts: CheckOptions) -> Result<Found> {
+pub(super) fn step(w: &mut Window, base: i64, at: u64, opts: CheckOptions) -> Result<Found> {
     let left = w.file_len.saturating_sub(at);
     if left < END_FILE_MIN_BLANK_LENGTH as u64 {
         return Ok(Found::Blank);
@@ -287,11 +287,11 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
             if !skip_damage {
                 return Err(Error::Corruption { path: path.clone(), offset: base + at as i64, reason });
             }
-            let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e));
-            plans[i].damage = Some(Skipped { offset: base + at as i64, length: len(path)?.saturating_sub(at), reason });
+            let length = tail::file_len(path)?.saturating_sub(at);
+            plans[i].damage = Some(Skipped { offset: base + at as i64, length, reason });
             // Later segments whose valid records are left out with it.
             for plan in plans.iter_mut().skip(i + 1) {
-                let (from, length) = (plan.base as u64, len(&plan.path)?);
+                let (from, length) = (plan.base as u64, tail::file_len(&plan.path)?);
                 if why.following.iter().any(|&(o, _)| o >= from && o < from + length) {
                     let reason = format!("valid records after the damage at commitlog offset {}", base + at as i64);
                     plan.damage = Some(Skipped { offset: plan.base, length, reason });

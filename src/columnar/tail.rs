@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::split::{record_bytes, Window, CHUNK};
+use super::split::{record_bytes, step, Window, CHUNK, FULL};
 use crate::checkpoint::{AbortFile, StoreCheckpoint};
 use crate::commitlog::cursor::{self, nonzero_extent};
 use crate::commitlog::recover::{classify_tail, lost_page_in, Tail, TailFacts, TailPlace};
@@ -18,7 +18,7 @@ use crate::consume_queue::{CqEntry, UNIT};
 use crate::error::{Error, Result};
 use crate::file_queue::parse_file_name;
 use crate::index::IndexHeader;
-use crate::message::decode::{parse_header, CheckOptions};
+use crate::message::decode::parse_header;
 use crate::message::RecordHeader;
 use crate::mmap::data_ranges;
 
@@ -91,10 +91,7 @@ pub(super) fn damage_after(segs: &[(PathBuf, i64)], idx: usize, at: u64, around:
     else {
         return Ok(None);
     };
-    let mut again = Window::open(path)?;
-    let left = again.file_len.saturating_sub(at);
-    let opts = CheckOptions { check_crc: true, force_prop_crc: false };
-    if matches!(cursor::classify(record_bytes(&mut again, at)?, p, left, opts), cursor::Found::Record(_)) {
+    if matches!(step(&mut Window::open(path)?, *base, at, FULL)?, cursor::Found::Record(_)) {
         return Ok(None);
     }
     let reason = match (following.first(), following.last()) {
@@ -112,7 +109,8 @@ pub(super) fn damage_after(segs: &[(PathBuf, i64)], idx: usize, at: u64, around:
     Ok(Some(Damage { reason, following }))
 }
 
-fn file_len(path: &Path) -> Result<u64> {
+/// The length of the file at `path`.
+pub(super) fn file_len(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len())
 }
 

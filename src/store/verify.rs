@@ -224,6 +224,11 @@ fn walk_log(
     breaks
 }
 
+/// Whether a consume-queue or index entry naming commitlog `offset` lies past a live store's `horizon`.
+fn past(horizon: Option<u64>, offset: i64) -> bool {
+    horizon.is_some_and(|h| u64::try_from(offset).is_ok_and(|o| o >= h))
+}
+
 /// Every entry of every queue on disk against its record: a queue whose every entry the walk matched is done;
 /// the others are checked entry by entry, to name the first bad one.
 fn check_queues(
@@ -250,7 +255,7 @@ fn check_queues(
         let expected = (min..max)
             .filter_map(|q| cq.entry(q))
             .filter(|e| !(e.is_pre_blank() || (0..log_min).contains(&e.offset)))
-            .filter(|e| horizon.is_none_or(|h| (e.offset as u64) < h))
+            .filter(|e| !past(horizon, e.offset))
             .count() as u64;
         if expected == matched {
             rep.cq_entries += (min..max).filter_map(|q| cq.entry(q)).filter(|e| !e.is_pre_blank()).count() as u64;
@@ -276,7 +281,7 @@ fn check_queue(
         let mut first_bad: Option<(u64, String)> = None;
         for q in min..max {
             let Some(e) = cq.entry(q) else { continue };
-            if e.is_pre_blank() || horizon.is_some_and(|h| e.offset >= 0 && e.offset as u64 >= h) {
+            if e.is_pre_blank() || past(horizon, e.offset) {
                 continue;
             }
             rep.cq_entries += 1;
@@ -377,7 +382,7 @@ fn check_index(
         let log_min = log.min_offset() as i64;
         let mut cached: Option<(i64, Option<Vec<i32>>)> = None;
         f.entries_back(&mut |n, hash, offset| {
-            if horizon.is_some_and(|h| offset >= 0 && offset as u64 >= h) {
+            if past(horizon, offset) {
                 return true;
             }
             rep.index_entries += 1;
