@@ -300,13 +300,6 @@ impl MappedFile {
         let _ = bytes;
     }
 
-    /// Copies `data` to `pos`; `false` if the range is outside the file or the write failed (see
-    /// [`MappedFile::write_at`], which says why). Only the owner's writer calls this, under its writer lock, on
-    /// an unpublished range.
-    pub fn write(&self, pos: usize, data: &[u8]) -> bool {
-        self.write_at(pos, data).is_ok()
-    }
-
     /// Copies `data` to `pos`, after claiming the file's disk space if that was not done yet (invariant 4).
     /// Errors, with nothing written: [`Error::DiskFull`] when the space cannot be claimed,
     /// [`Error::InvalidOffset`] for a range outside the file, an injected fault ([`crate::fault`]).

@@ -17,6 +17,7 @@ from test_read_only import snapshot
 
 import rmq
 from conftest import SEGMENT, small_config
+from rmq.check import check_store
 
 N = 60
 
@@ -80,6 +81,10 @@ def test_recover_truncate_cuts_in_place_and_the_store_then_opens(
     assert not (copy / "abort").exists()
     with rmq.MessageStore(copy, small_config(), read_only=True) as s:  # strict
         assert [m.commitlog_offset for m in s.scan()] == [o for o in offsets if o < victim]
+    # The index and the checkpoint went with the cut (test_truncate_derived has the details).
+    assert "index: " in p.stdout and "past the end of the commitlog" in p.stdout, p.stdout
+    report = check_store(copy, small_config())
+    assert report["clean"], report["findings"]
     p = rmq_cli("recover", copy)
     assert p.returncode == 0 and "nothing to repair" in p.stdout, p.stdout
 

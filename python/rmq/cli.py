@@ -264,6 +264,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     store = existing_store(args.store)
     with rmq.MessageStore(store, store_config(args), recovery=args.mode) as s:
         report = s.open_report
+        recovery = s.recovery_report
         s.wait_dispatched(3600)
     lines = []
     if report["torn_bytes"]:
@@ -273,8 +274,15 @@ def cmd_recover(args: argparse.Namespace) -> int:
             f"cut the log at commitlog offset {d['offset']} ({d['bytes']} bytes, {d['dropped_records']} valid "
             f"records after the damage dropped): {d['reason']}"
         )
+    # What the derived files lost with the cut (or had damaged): rebuilt from the log as it now is.
+    lines += [
+        f"consume queue {q}: {why}"
+        for q, why in zip(recovery["rebuilt_queues"], recovery["rebuilt_reasons"], strict=True)
+    ]
+    lines += [f"index: {what}" for what in recovery["rebuilt_index_files"]]
     if args.json:
-        print_json({"store": str(store), "mode": args.mode, "open_report": report})
+        derived = {k: recovery[k] for k in ("rebuilt_queues", "rebuilt_reasons", "rebuilt_index_files")}
+        print_json({"store": str(store), "mode": args.mode, "open_report": report, **derived})
     else:
         for line in lines or ["nothing to repair"]:
             print(line)

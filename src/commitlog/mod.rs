@@ -249,6 +249,19 @@ impl CommitLog {
         Cursor::new(&self.queue, offset, limit.min(self.max_offset()), CheckOptions::default())
     }
 
+    /// The store time of the last record before [`max_offset`](Self::max_offset): the newest segment holding a
+    /// record, walked from its start. `None` when the log holds no record.
+    pub fn newest_store_timestamp(&self) -> Option<i64> {
+        self.queue.files().iter().rev().find_map(|f| {
+            let mut c = self.cursor(f.start(), self.max_offset());
+            let mut ts = None;
+            while let Some(cursor::Step::Record(r)) = c.next() {
+                ts = Some(r.header.store_timestamp);
+            }
+            ts
+        })
+    }
+
     /// Appends the encoded records in `buf` (laid out back to back as `records` describe) as one unit: they
     /// land in one segment, after an end-of-file blank if the current segment cannot hold them all.
     /// `queue_offset(i)` gives record `i`'s QUEUEOFFSET; it runs under the put lock.

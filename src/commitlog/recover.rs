@@ -183,6 +183,9 @@ pub struct OpenReport {
     pub damage: Vec<Damage>,
     /// The mode opening ran with.
     pub mode: RecoveryMode,
+    /// The store time of the last record the walk kept (`None` when it kept none: see
+    /// [`CommitLog::newest_store_timestamp`](super::CommitLog::newest_store_timestamp)).
+    pub last_store_timestamp: Option<i64>,
 }
 
 /// What lies from the first invalid position on.
@@ -306,6 +309,7 @@ impl CommitLog {
                     (r.offset(), r.file.clone(), reason)
                 }
                 Some(Step::Record(r)) => {
+                    report.last_store_timestamp = Some(r.header.store_timestamp);
                     visit(&r);
                     continue;
                 }
@@ -451,7 +455,9 @@ impl CommitLog {
             let mut at = 0;
             while at < dirty {
                 let n = (dirty - at).min(zeros.len());
-                file.write(pos + at, zeros.get(..n).unwrap_or_default());
+                // A failed write (a full disk, an I/O error) fails the open: the log must not be taken as
+                // cut while the bytes after its end are still there.
+                file.write_at(pos + at, zeros.get(..n).unwrap_or_default())?;
                 at += n;
             }
             file.flush_range(pos, dirty)?;

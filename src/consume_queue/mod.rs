@@ -263,13 +263,7 @@ impl ConsumeQueue {
         w.max_physic_offset = entry.end();
         self.max_physic.store(entry.end(), Ordering::Release);
         let pos = (cur - file.start()) as usize;
-        if !file.write(pos, &entry.encode()) {
-            return Err(Error::Corruption {
-                path: file.path().to_owned(),
-                offset: cur as i64,
-                reason: "consume-queue write outside its file".into(),
-            });
-        }
+        file.write_at(pos, &entry.encode())?;
         self.max_logical.store(cur + UNIT, Ordering::Release);
         Ok(Appended::Written { queue_offset: cur / UNIT })
     }
@@ -284,13 +278,7 @@ impl ConsumeQueue {
         let mut pos = 0;
         while pos < upto {
             let n = (upto - pos).min(chunk.len());
-            if !file.write(pos, &chunk[..n]) {
-                return Err(Error::Corruption {
-                    path: file.path().to_owned(),
-                    offset: until as i64,
-                    reason: "pre-blank outside the file".into(),
-                });
-            }
+            file.write_at(pos, &chunk[..n])?;
             pos += n;
         }
         Ok(())
@@ -434,7 +422,7 @@ impl ConsumeQueue {
             let tail = file.slice(pos, file.size() as usize - pos).unwrap_or_default();
             let dirty = crate::commitlog::cursor::nonzero_extent(tail);
             if dirty > 0 {
-                file.write(pos, &vec![0u8; dirty]);
+                file.write_at(pos, &vec![0u8; dirty])?;
                 file.flush_range(pos, dirty)?;
             }
         }

@@ -535,7 +535,7 @@ impl IndexFile {
     pub fn flush(&self) -> Result<()> {
         {
             let h = self.header.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.map.write(0, &h.encode());
+            self.map.write_at(0, &h.encode())?;
         }
         self.map.flush()
     }

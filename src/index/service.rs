@@ -665,6 +665,29 @@ impl IndexService {
         }
     }
 
+    /// Removes every file after the first `keep`, newest first, each unlinked at once and the directory synced
+    /// (in an overlay they are only forgotten): what a cut of the commitlog left wholly past its end. The last
+    /// file kept becomes the one written to. Returns the paths removed.
+    pub fn remove_after(&self, keep: usize) -> Result<Vec<PathBuf>> {
+        let _rebuilding = self.rebuild_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = self.lock_writer();
+        let mut files = self.files.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut removed = Vec::new();
+        while files.len() > keep {
+            let Some(f) = files.pop() else { break };
+            if self.storage == Storage::Disk {
+                // Newest first: a crash part way leaves a prefix of the files, which the next open cuts again.
+                std::fs::remove_file(f.path()).map_err(|e| Error::io(f.path(), e))?;
+            }
+            removed.push(f.path().to_owned());
+        }
+        if !removed.is_empty() && self.storage == Storage::Disk {
+            crate::mmap::sync_dir(&self.dir)?;
+        }
+        *current = files.last().cloned();
+        Ok(removed)
+    }
+
     /// Forces every file (header rewritten first) to disk.
     pub fn flush(&self) -> Result<()> {
         for f in self.list().iter() {

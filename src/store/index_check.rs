@@ -157,6 +157,37 @@ pub(super) fn each_record(
     Ok(())
 }
 
+/// Takes the index back to the end of the commitlog when it holds entries past it: the log was cut in the
+/// middle (a truncating open drops every record after the damage) or lost pages the index kept. The files
+/// whose entries all lie past the end are removed, newest first, and the file spanning the end is rebuilt up
+/// to it and becomes the newest, where a file that is not full belongs (files roll when full). Without this,
+/// the files past a cut outlived it, and a later rebuild of the spanning file left a file that is not full
+/// before them, which every open rebuilt again. Reads nothing when no entry points past the end. Returns one
+/// line per file removed or rebuilt; a rebuild that fails (a full disk) is reported and left to a query.
+pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<String>> {
+    let end = log.max_offset();
+    if index.last_indexed_offset().is_none_or(|o| o < end as i64) {
+        return Ok(Vec::new());
+    }
+    let keep =
+        index.files().iter().rposition(|f| f.has_entries() && f.begin_phy_offset() < end as i64).map_or(0, |i| i + 1);
+    let mut out: Vec<String> = index
+        .remove_after(keep)?
+        .iter()
+        .map(|p| format!("{}: every entry points past the end of the commitlog ({end}); removed", p.display()))
+        .collect();
+    let files = index.files();
+    if let Some(at) = keep.checked_sub(1).filter(|&at| files.get(at).is_some_and(|f| f.end_phy_offset() >= end as i64))
+    {
+        let what = format!("{}: entries point past the end of the commitlog ({end})", files[at].path().display());
+        out.push(match rebuild(index, log, &files, at, true) {
+            Ok((from, to)) => format!("{what}; rebuilt from commitlog [{from}, {to}]"),
+            Err(e) => format!("{what}; could not be rebuilt: {e}"),
+        });
+    }
+    Ok(out)
+}
+
 /// Rebuilds the range of file `at` of `files` (replacing it) or, with `target` false, the missing range
 /// between `files[at - 1]` and `files[at]` (inserting new files). Returns the commitlog range read.
 fn rebuild(
@@ -308,7 +339,8 @@ pub(super) fn check_at_open(
             at -= 1;
             let files = index.files();
             let Some(f) = files.get(at) else { continue };
-            if !f.has_entries() || trusted(&files, at) {
+            // A file rebuilt since the load (`cut_at_end`) is whole.
+            if !f.has_entries() || f.is_checked() || trusted(&files, at) {
                 continue;
             }
             let verified = match pre_verified {

@@ -142,6 +142,26 @@ impl MessageStore {
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
         let abort = if options.read_only { None } else { Some(AbortFile::create(root)?) };
+        // Index entries past the end of the log (a cut in the middle, or pages the log lost and the index kept)
+        // go before anything reads the index.
+        let cut_index = match &index {
+            Some(ix) => super::index_check::cut_at_end(ix, &commitlog)?,
+            None => Vec::new(),
+        };
+        // The checkpoint's times are store times of records the log holds (spec §8.1). After a cut in the middle
+        // (or lost pages) they may lie after the newest record kept: they come back to it, so that the next
+        // crash's recovery starts early enough. Checked at every writable open, not only the one that cut: a
+        // process stopped between the cut and this point leaves a log that the next open finds whole. (A
+        // read-only open shows the file as it is: `rmq check` reports times ahead of the data.)
+        let newest_kept = || open_report.last_store_timestamp.or_else(|| commitlog.newest_store_timestamp());
+        if !options.read_only && cp.physic_msg_timestamp.max(cp.logics_msg_timestamp).max(cp.index_msg_timestamp) > 0 {
+            let newest = newest_kept().unwrap_or(0);
+            checkpoint.update_and_flush(|v| {
+                v.physic_msg_timestamp = v.physic_msg_timestamp.min(newest);
+                v.logics_msg_timestamp = v.logics_msg_timestamp.min(newest);
+                v.index_msg_timestamp = v.index_msg_timestamp.min(newest);
+            })?;
+        }
         let end = commitlog.max_offset();
         let min = commitlog.min_offset();
         let mut recovery = RecoveryReport {
@@ -220,7 +240,8 @@ impl MessageStore {
             let pre_verified = newest_index.as_ref().zip(newest_verified.as_ref());
             let (rebuilt, trusted) =
                 super::index_check::check_at_open(index, &commitlog, restart, trusted_to, walked_index, pre_verified)?;
-            recovery.rebuilt_index_files = rebuilt;
+            recovery.rebuilt_index_files = cut_index;
+            recovery.rebuilt_index_files.extend(rebuilt);
             recovery.index_files_trusted = trusted;
             let indexed = match index.last_indexed_offset() {
                 None => min,

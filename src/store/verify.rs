@@ -435,16 +435,7 @@ fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
         });
         return;
     }
-    let log = &store.commitlog;
-    let newest = log.queue().files().iter().rev().find_map(|f| {
-        let mut c = log.cursor(f.start(), log.max_offset());
-        let mut ts = None;
-        while let Some(Step::Record(r)) = c.next() {
-            ts = Some(r.header.store_timestamp);
-        }
-        ts
-    });
-    if let Some(newest) = newest {
+    if let Some(newest) = store.commitlog.newest_store_timestamp() {
         for (name, at, value) in
             [("physicMsgTimestamp", 0, v.physic_msg_timestamp), ("logicsMsgTimestamp", 8, v.logics_msg_timestamp)]
         {
