@@ -118,7 +118,42 @@ def test_export_skip_damage_copies_what_it_reads_and_lists_what_it_left_out(
     p = rmq_cli("export", root, tmp_path / "x.jsonl", "--skip-damage", "--json")
     assert p.returncode == 1, p.stderr
     rows = [json.loads(line)["commitlog_offset"] for line in (tmp_path / "x.jsonl").read_text().splitlines()]
-    assert rows == [o for o in offsets if o < victim]  # the rest of the damaged segment is left out
+    # Only the damaged record is left out: the export goes on at the next record that validates completely, as
+    # `rmq scan --recovery salvage` does.
+    assert rows == [o for o in offsets if o != victim]
     skipped = json.loads(p.stdout)["skipped"]
-    assert [s["offset"] for s in skipped] == [victim]
+    after = offsets[offsets.index(victim) + 1]
+    assert [(s["offset"], s["length"]) for s in skipped] == [(victim, after - victim)]
     assert f"left out {skipped[0]['length']} damaged bytes at commitlog offset {victim}" in p.stderr
+
+
+def test_damage_in_an_older_segment_is_read_past_by_scan_and_export(tmp_path: Path) -> None:
+    """Damage in a segment a clean open does not read (older than the newest three): `rmq scan --recovery
+    salvage` reads past it (on main it failed with "corrupt data", as a strict scan does) and `rmq export
+    --skip-damage` leaves out only the damaged record (on main the rest of its segment): both give every other
+    record, name the damaged range and exit 1."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, small_config()) as s:
+        offsets = [s.put("T", b"body-%03d" % i + b"." * 100, keys=f"k{i}").wrote_offset for i in range(N)]
+    assert offsets[-1] // SEGMENT >= 4
+    victim = offsets[3]  # in the first segment, with records after it there
+    seg = root / "commitlog" / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    data[victim + 5] ^= 0x40
+    seg.write_bytes(data)
+    before = snapshot(root)
+    after = offsets[4]
+    p = rmq_cli("scan", root, "--json")
+    assert p.returncode == 2 and f"at offset {victim}" in p.stderr, p.stderr
+    p = rmq_cli("scan", root, "--recovery", "salvage", "--json")
+    assert p.returncode == 1, p.stderr
+    assert [json.loads(line)["commitlog_offset"] for line in p.stdout.splitlines()] == [
+        o for o in offsets if o != victim
+    ]
+    assert f"read past {after - victim} damaged bytes at commitlog offset {victim}" in p.stderr, p.stderr
+    p = rmq_cli("export", root, tmp_path / "x.jsonl", "--skip-damage", "--json")
+    assert p.returncode == 1, p.stderr
+    rows = [json.loads(line)["commitlog_offset"] for line in (tmp_path / "x.jsonl").read_text().splitlines()]
+    assert rows == [o for o in offsets if o != victim]
+    assert [(s["offset"], s["length"]) for s in json.loads(p.stdout)["skipped"]] == [(victim, after - victim)]
+    assert snapshot(root) == before

@@ -28,9 +28,17 @@ from rmq.testing import injected_fault
 N = 60
 
 
+def topic(i: int) -> str:
+    return "T" if i % 2 == 0 else "U"
+
+
 def build(root: Path, cfg: rmq.StoreConfig, n: int = N) -> list[int]:
+    """n keyed messages over two topics and three queues each."""
     with rmq.MessageStore(root, cfg) as s:
-        return [s.put("T", b"b%03d" % i + b"." * 100, keys=f"k{i} x{i % 7}").wrote_offset for i in range(n)]
+        return [
+            s.put(topic(i), b"b%03d" % i + b"." * 100, queue_id=i % 3, keys=f"k{i} x{i % 7}").wrote_offset
+            for i in range(n)
+        ]
 
 
 def flip_magic(root: Path, offset: int) -> None:
@@ -51,10 +59,13 @@ def assert_cut_cleanly(root: Path, cfg: rmq.StoreConfig, offsets: list[int], vic
     with rmq.MessageStore(root, cfg) as s:
         assert s.recovery_report["rebuilt_index_files"] == []
         assert s.recovery_report["rebuilt_queues"] == []
+        for t in ("T", "U"):  # each queue ends at the cut: the next put takes the first dropped queue offset
+            for q in range(3):
+                assert s.get_max_offset_in_queue(t, q) == sum(topic(i) == t and i % 3 == q for i in kept), (t, q)
         for i in (0, len(kept) - 1, len(kept), N - 1):
             if i < 0:
                 continue
-            found = [m.commitlog_offset for m in s.query_message("T", f"k{i}").messages]
+            found = [m.commitlog_offset for m in s.query_message(topic(i), f"k{i}").messages]
             assert found == ([offsets[i]] if i < len(kept) else []), i
         assert s.dispatch_issues()[1] == []  # no query found anything to rebuild
         cp = s.checkpoint
@@ -81,7 +92,7 @@ def test_a_truncation_in_the_middle_leaves_no_index_file_or_checkpoint_behind(tm
     with rmq.MessageStore(root, cfg, recovery="truncate") as s:
         rebuilt = s.recovery_report["rebuilt_index_files"]
         assert any("past the end of the commitlog" in r for r in rebuilt), rebuilt
-        assert [m.commitlog_offset for m in s.query_message("T", "k29").messages] == [offsets[29]]
+        assert [m.commitlog_offset for m in s.query_message(topic(29), "k29").messages] == [offsets[29]]
         assert s.query_message("T", "k30").messages == []
     assert len(list((root / "index").iterdir())) < len(index_files)
     assert_cut_cleanly(root, cfg, offsets, victim)
@@ -101,9 +112,9 @@ def test_a_read_only_truncating_open_answers_as_the_cut_store_and_writes_nothing
     flip_magic(root, offsets[30])
     before = snapshot(root)
     with rmq.MessageStore(root, cfg, read_only=True, recovery="truncate") as s:
-        assert [m.commitlog_offset for m in s.query_message("T", "k29").messages] == [offsets[29]]
+        assert [m.commitlog_offset for m in s.query_message(topic(29), "k29").messages] == [offsets[29]]
         assert s.query_message("T", "k30").messages == []
-        assert s.query_message("T", "k59").messages == []
+        assert s.query_message(topic(59), "k59").messages == []
         assert s.dispatch_issues()[1] == []
     assert snapshot(root) == before
 

@@ -141,12 +141,11 @@ def batches(
     topics = list(sel.topics) if sel.topics is not None else None
     min_ms = None if sel.since is None else int(_store_micros(sel.since).value // 1000)
     max_ms = None if sel.until is None else int(_store_micros(sel.until).value // 1000)
-    for seg, base, starts, data_end, bad in _native.plan_commitlog(
+    for seg, base, starts, ends, bad in _native.plan_commitlog(
         str(commitlog_dir(root)), 64 << 20, skip_damage=skipped is not None
     ):
-        if skipped is not None and bad is not None:
-            skipped.append(bad)
-        ends = [*starts[1:], data_end][: len(starts)]
+        if skipped is not None:
+            skipped.extend(bad)
         for start, end in zip(starts, ends, strict=True):
             if sel.to_offset is not None and base + start >= sel.to_offset:
                 continue

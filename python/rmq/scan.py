@@ -102,8 +102,9 @@ def run_scan(
     with rmq.MessageStore(store_dir, config, start_services=False, read_only=True, recovery=recovery) as store:
         result.damage = list(store.open_report["damage"])
         progress = Progress("scanning", total=max(store.max_offset - from_offset, 0), output=out)
+        scanner = store.scan(from_offset)
         try:
-            for msg in store.scan(from_offset):
+            for msg in scanner:
                 if limit is not None and result.messages >= limit:
                     break
                 line = json.dumps(message_fields(msg, body), ensure_ascii=False) if json_lines else text_line(msg, body)
@@ -114,4 +115,6 @@ def run_scan(
                 progress.update(msg.store_size, 1)
         finally:
             progress.close()
+            # With salvage, damage the open did not meet (in older segments) is stepped over by the scan itself.
+            result.damage += scanner.skipped
     return result

@@ -122,13 +122,11 @@ def plan(
         raise _native.InvalidConfigError(f"split size must be at least 1 byte, got {split_size}")
     splits: list[Split] = []
     damage: list[Damage] = []
-    for seg, base, starts, data_end, bad in _native.plan_commitlog(
+    for seg, base, starts, ends, bad in _native.plan_commitlog(
         str(commitlog_dir(path)), split_size, skip_damage=skip_damage
     ):
-        ends = [*starts[1:], data_end][: len(starts)]
         splits.extend(Split(seg, base, s, e) for s, e in zip(starts, ends, strict=True))
-        if bad is not None:
-            damage.append(Damage(seg, *bad))
+        damage.extend(Damage(seg, *d) for d in bad)
     return splits, damage
 
 

@@ -17,8 +17,10 @@
 //! PHYSICALOFFSET) stays in the chain: its reader reports it ([`SplitReader::take_skipped`]); a body with a bad
 //! CRC is read and flagged (`body_crc_ok`). A chain that breaks anywhere else is damage: [`Error::Corruption`]
 //! naming the segment file and the commitlog offset where the chain broke or, when the caller skips damage, the
-//! rest of that segment is left out and reported in [`SegmentPlan::damage`]. The chain and the damage do not
-//! depend on the split size, so neither do the rows.
+//! damaged bytes are left out and reported in [`SegmentPlan::damage`]: the chain goes on at the next record that
+//! validates completely (body CRC included) and names its own offset, as the read-only open's salvage goes on
+//! (a body holding a record at another position never qualifies), and a split ends where damage begins. The
+//! chain and the damage do not depend on the split size, so neither do the rows.
 //!
 //! Files are read with positioned reads into a window, not mapped: a reader may run against a store a broker
 //! is still writing, and a read never faults.
@@ -142,14 +144,22 @@ enum ChainEnd {
     Broken { at: u64, reason: String },
 }
 
-/// Walks the chain of a segment from its first byte, calling `visit` with each record's position. With `full`
+/// Walks the chain of a segment from position `from` (its first byte, or where a reader goes on after damage),
+/// calling `visit` with each record's position. With `full`
 /// (the newest segment) records are checked as recovery checks them, and with `unclean` as well (a crash is
 /// possible) a record whose topic or properties are zeros where a power loss reverted a page ends the chain, as
 /// it ends opening's walk. Otherwise the walk steps over every record whose header holds together
 /// ([`cursor::header_size`]), whether or not its other fields add up (its reader checks them and reports a
 /// record that does not), which is the same chain at the cost of reading headers.
-fn walk(w: &mut Window, base: i64, full: bool, unclean: bool, mut visit: impl FnMut(u64)) -> Result<ChainEnd> {
-    let (mut at, mut prev) = (0u64, None);
+fn walk(
+    w: &mut Window,
+    base: i64,
+    from: u64,
+    full: bool,
+    unclean: bool,
+    mut visit: impl FnMut(u64),
+) -> Result<ChainEnd> {
+    let (mut at, mut prev) = (from, None);
     let opts = if full { FULL } else { HEADERS };
     let ended = |at: u64, why: String, prev: Option<u64>| {
         let reason = match prev {
@@ -187,7 +197,8 @@ fn walk(w: &mut Window, base: i64, full: bool, unclean: bool, mut visit: impl Fn
 pub struct Skipped {
     /// Commitlog offset of the first byte left out.
     pub offset: i64,
-    /// Bytes left out (a record's TOTALSIZE, or the rest of the segment where its chain broke).
+    /// Bytes left out: a record's TOTALSIZE, or from where the chain broke to the next record that validates
+    /// completely and names its own offset (or to the end of the segment).
     pub length: u64,
     pub reason: String,
 }
@@ -199,12 +210,52 @@ pub struct SegmentPlan {
     /// Commitlog offset of the segment's first byte.
     pub base: i64,
     /// Split starts: positions of records of the chain, ascending. Split `i` reads the records in
-    /// `[starts[i], starts[i + 1])`, the last one up to `data_end`. Empty when the segment holds no record.
+    /// `[starts[i], ends[i])`. Empty when the segment holds no record.
     pub starts: Vec<u64>,
-    /// Where the segment's records end (the blank filler, the end of the data, or the damage).
+    /// Split ends: the next split's start, where damaged bytes left out begin, or `data_end`.
+    pub ends: Vec<u64>,
+    /// Where the segment's records end (the blank filler, the end of the data, or damage with no valid record
+    /// after it in the segment).
     pub data_end: u64,
-    /// Where the chain broke, when damage is skipped: the rest of the segment is not read.
-    pub damage: Option<Skipped>,
+    /// With damage skipped, the damaged bytes left out, in order: each from where the chain broke to the next
+    /// record that validates completely and names its own offset, where the chain goes on (as the read-only
+    /// open's salvage goes on), or to the end of the segment.
+    pub damage: Vec<Skipped>,
+}
+
+/// Where a segment's splits begin and end, as its chain is walked.
+struct Cuts {
+    split_size: u64,
+    /// The next split begins at the first record at or after this position.
+    next_cut: u64,
+}
+
+impl Cuts {
+    fn new(split_size: u64) -> Self {
+        Cuts { split_size, next_cut: 0 }
+    }
+
+    /// A record of the chain at `at`.
+    fn record(&mut self, plan: &mut SegmentPlan, at: u64) {
+        if at >= self.next_cut {
+            Self::close(plan, at);
+            plan.starts.push(at);
+            self.next_cut = (at / self.split_size + 1).saturating_mul(self.split_size);
+        }
+    }
+
+    /// The open split, if any, ends at `at`; the next record begins a split.
+    fn close(plan: &mut SegmentPlan, at: u64) {
+        if plan.ends.len() < plan.starts.len() {
+            plan.ends.push(at);
+        }
+    }
+
+    /// After damaged bytes: the record the chain goes on at begins a split of its own.
+    fn resume(&mut self, plan: &mut SegmentPlan, at: u64) {
+        Self::close(plan, at);
+        self.next_cut = 0;
+    }
 }
 
 /// The commitlog segments (files named by the 20-digit offset of their first byte) of `dir`, in offset order.
@@ -245,57 +296,99 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
     // The first position after the newest segment's chain that is neither a record nor a blank (segment, file
     // position, why): what lies from there on is classified as opening classifies it.
     let mut end_at: Option<(usize, u64, String)> = None;
+    const AFTER_END: &str = "the segment after the end of the data does not start with a record";
     for (i, (path, base)) in segs.iter().enumerate() {
-        let mut plan = SegmentPlan { path: path.clone(), base: *base, starts: Vec::new(), data_end: 0, damage: None };
+        let mut plan = SegmentPlan {
+            path: path.clone(),
+            base: *base,
+            starts: Vec::new(),
+            ends: Vec::new(),
+            data_end: 0,
+            damage: Vec::new(),
+        };
         if last.is_none_or(|l| i > l) {
             if end_at.is_none() {
-                end_at = Some((i, 0, "the segment after the end of the data does not start with a record".into()));
+                end_at = Some((i, 0, AFTER_END.into()));
             }
             plans.push(plan);
             continue;
         }
         let mut w = Window::open(path)?;
         let full = Some(i) == last;
-        let mut next_cut = 0u64;
-        let starts = &mut plan.starts;
-        let end = walk(&mut w, *base, full, around.unclean, |at| {
-            if at >= next_cut {
-                starts.push(at);
-                next_cut = (at / split_size + 1).saturating_mul(split_size);
-            }
-        })?;
-        match end {
-            ChainEnd::Blank(at) => plan.data_end = at,
-            ChainEnd::Broken { at, reason } if full => {
-                plan.data_end = at;
-                end_at = Some((i, at, reason));
-            }
-            ChainEnd::Broken { at, reason } => {
-                plan.data_end = at;
-                if !skip_damage {
-                    return Err(Error::Corruption { path: plan.path, offset: base + at as i64, reason });
+        let mut cuts = Cuts::new(split_size);
+        let mut from = 0;
+        loop {
+            match walk(&mut w, *base, from, full, around.unclean, |at| cuts.record(&mut plan, at))? {
+                ChainEnd::Blank(at) => plan.data_end = at,
+                ChainEnd::Broken { at, reason } if full => {
+                    plan.data_end = at;
+                    end_at = Some((i, at, reason));
                 }
-                plan.damage = Some(Skipped { offset: base + at as i64, length: w.file_len.saturating_sub(at), reason });
+                ChainEnd::Broken { at, reason } => {
+                    if !skip_damage {
+                        return Err(Error::Corruption { path: plan.path, offset: base + at as i64, reason });
+                    }
+                    let len = w.file_len;
+                    let resume = tail::next_valid(&mut w, *base, at + 1, len)?;
+                    let to = resume.unwrap_or(len);
+                    plan.damage.push(Skipped { offset: base + at as i64, length: to - at, reason });
+                    match resume {
+                        Some(q) => {
+                            cuts.resume(&mut plan, at);
+                            from = q;
+                            continue;
+                        }
+                        None => plan.data_end = at,
+                    }
+                }
             }
+            break;
         }
+        let end = plan.data_end;
+        Cuts::close(&mut plan, end);
         plans.push(plan);
     }
-    if let Some((i, at, reason)) = end_at {
-        if let Some(why) = tail::damage_after(&segs, i, at, &around)? {
-            let (path, base) = &segs[i];
-            let reason = format!("{reason}; {}", why.reason);
-            if !skip_damage {
-                return Err(Error::Corruption { path: path.clone(), offset: base + at as i64, reason });
-            }
-            let length = tail::file_len(path)?.saturating_sub(at);
-            plans[i].damage = Some(Skipped { offset: base + at as i64, length, reason });
-            // Later segments whose valid records are left out with it.
-            for plan in plans.iter_mut().skip(i + 1) {
-                let (from, length) = (plan.base as u64, tail::file_len(&plan.path)?);
-                if why.following.iter().any(|&(o, _)| o >= from && o < from + length) {
-                    let reason = format!("valid records after the damage at commitlog offset {}", base + at as i64);
-                    plan.damage = Some(Skipped { offset: plan.base, length, reason });
+    while let Some((i, at, reason)) = end_at.take() {
+        let Some(why) = tail::damage_after(&segs, i, at, &around)? else { break };
+        let (path, base) = &segs[i];
+        let reason = format!("{reason}; {}", why.reason);
+        if !skip_damage {
+            return Err(Error::Corruption { path: path.clone(), offset: base + at as i64, reason });
+        }
+        let length = tail::file_len(path)?;
+        let seg = *base as u64;
+        // The valid records after the damage: when the first lies in the same segment (the newest one, or the
+        // one after it when its first record is the damage) the chain goes on there (salvage's rule), validated
+        // as the newest segment's is, and the end of the data is classified again where it next breaks.
+        let resume = why.following.first().map(|&(o, _)| o).filter(|&o| o > seg + at && o < seg + length);
+        if let Some(q) = resume {
+            let q = q - seg;
+            let plan = &mut plans[i];
+            plan.damage.push(Skipped { offset: base + at as i64, length: q - at, reason });
+            let mut cuts = Cuts::new(split_size);
+            cuts.resume(plan, at);
+            let mut w = Window::open(path)?;
+            match walk(&mut w, *base, q, true, around.unclean, |p| cuts.record(plan, p))? {
+                ChainEnd::Blank(e) => {
+                    plan.data_end = e;
+                    end_at = (i + 1 < segs.len()).then(|| (i + 1, 0, AFTER_END.into()));
                 }
+                ChainEnd::Broken { at: e, reason } => {
+                    plan.data_end = e;
+                    end_at = Some((i, e, reason));
+                }
+            }
+            let end = plan.data_end;
+            Cuts::close(plan, end);
+            continue;
+        }
+        plans[i].damage.push(Skipped { offset: base + at as i64, length: length.saturating_sub(at), reason });
+        // Later segments whose valid records are left out with it.
+        for plan in plans.iter_mut().skip(i + 1) {
+            let (from, length) = (plan.base as u64, tail::file_len(&plan.path)?);
+            if why.following.iter().any(|&(o, _)| o >= from && o < from + length) {
+                let reason = format!("valid records after the damage at commitlog offset {}", base + at as i64);
+                plan.damage.push(Skipped { offset: plan.base, length, reason });
             }
         }
     }

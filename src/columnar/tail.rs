@@ -63,7 +63,8 @@ pub(super) struct Damage {
 /// Whether the bytes from position `at` of segment `idx` on (the first that is neither a record nor a blank
 /// after the newest segment's chain) are damage by opening's rule (`None`: the end of the data, followed by
 /// zeros or by the remains of an unfinished append). Before damage is declared the bytes at `at` are read
-/// again: a writer that finished the append there meanwhile (a live store) only moved the end of the data.
+/// again: a writer that finished the append there meanwhile, or filled the segment's end with its blank and
+/// went on in the next segment (a live store), only moved the end of the data.
 pub(super) fn damage_after(segs: &[(PathBuf, i64)], idx: usize, at: u64, around: &Around) -> Result<Option<Damage>> {
     let Some((path, base)) = segs.get(idx) else { return Ok(None) };
     let mut w = Window::open(path)?;
@@ -91,7 +92,8 @@ pub(super) fn damage_after(segs: &[(PathBuf, i64)], idx: usize, at: u64, around:
     else {
         return Ok(None);
     };
-    if matches!(step(&mut Window::open(path)?, *base, at, FULL)?, cursor::Found::Record(_)) {
+    // A record, or the end-of-file blank of a writer that moved on to the next segment (`at` read as zeros).
+    if matches!(step(&mut Window::open(path)?, *base, at, FULL)?, cursor::Found::Record(_) | cursor::Found::Blank) {
         return Ok(None);
     }
     let reason = match (following.first(), following.last()) {
@@ -223,6 +225,20 @@ impl TailFacts for PlanTail<'_> {
         }
         Ok(self.dispatched.unwrap_or(0))
     }
+}
+
+/// The first position in `[from, to)` of `w`'s file (a segment starting at commitlog offset `base`) where a
+/// record validates completely and names its own offset: where a reader goes on after damaged bytes, as the
+/// read-only open's salvage and the commitlog cursor do.
+pub(super) fn next_valid(w: &mut Window, base: i64, from: u64, to: u64) -> Result<Option<u64>> {
+    let mut q = from;
+    while let Some(c) = next_candidate(w, q, to)? {
+        if cursor::validates_completely(record_bytes(w, c)?, base as u64 + c, false) {
+            return Ok(Some(c));
+        }
+        q = c + 1;
+    }
+    Ok(None)
 }
 
 /// The first position in `[from, end)` of `w`'s file whose bytes 4..8 are a message magic code.

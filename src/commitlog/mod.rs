@@ -117,8 +117,11 @@ pub struct CommitLog {
     flushed_where: AtomicU64,
     /// Serialises flushes that move `flushed_where`.
     flush_lock: Mutex<()>,
-    /// Damaged ranges `[start, end)` that a salvage open skipped; every walk jumps over them.
+    /// Damaged ranges `[start, end)` that a salvage open skipped; every walk jumps over them (a range may
+    /// begin with a record that reads without its body CRC: the walks that do not check it ask first).
     skips: RwLock<Vec<(u64, u64)>>,
+    /// `skips` is not empty.
+    any_skips: std::sync::atomic::AtomicBool,
     /// With the transient store pool: puts write into a pooled buffer, and `max_offset` (the readers' limit)
     /// is the committed position, moved by [`commit`](Self::commit).
     pool: Option<PoolWriter>,
@@ -173,6 +176,7 @@ impl CommitLog {
             flushed_where: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
             skips: RwLock::new(Vec::new()),
+            any_skips: Default::default(),
             pool: None,
         };
         let report = log.recover(opts, visit)?;
@@ -235,8 +239,19 @@ impl CommitLog {
     }
 
     /// Records a damaged range that walks skip (salvage).
-    fn add_skip(&self, from: u64, to: u64) {
+    pub(crate) fn add_skip(&self, from: u64, to: u64) {
         self.skips.write().unwrap_or_else(|p| p.into_inner()).push((from, to));
+        self.any_skips.store(true, Ordering::Release);
+    }
+
+    /// Where a walk at the record start `offset` goes on when a salvage skipped a range from there (one atomic
+    /// load when nothing was skipped): a record whose body CRC is wrong reads as a record to a walk that does
+    /// not check it, yet the salvage called it damage.
+    pub fn skip_record_at(&self, offset: u64) -> Option<u64> {
+        if !self.any_skips.load(Ordering::Acquire) {
+            return None;
+        }
+        self.skip_at(offset)
     }
 
     /// Where a walk that met invalid bytes at `offset` goes on, if a salvage open skipped a range there.
@@ -574,7 +589,13 @@ impl CommitLog {
             let at = cursor.offset();
             let (file, reason) = match cursor.next() {
                 None | Some(Step::Missing { .. }) => return Ok(None),
-                Some(Step::Record(r)) => return Ok(Some((r, cursor.offset()))),
+                Some(Step::Record(r)) => match self.skip_record_at(at) {
+                    Some(to) => {
+                        cursor.seek(to);
+                        continue;
+                    }
+                    None => return Ok(Some((r, cursor.offset()))),
+                },
                 Some(Step::Blank { .. }) => continue,
                 Some(Step::Partial { file, .. }) => (file, "record is truncated".to_owned()),
                 Some(Step::Zero { file, .. }) => (file, "bad magic code 0x00000000".to_owned()),

@@ -344,8 +344,9 @@ impl SplitReader {
     }
 }
 
-/// The splits of a commitlog directory: `[(path, base, starts, data_end, damage or None)]` per segment, damage
-/// being `(commitlog offset, length, reason)`. Raises CorruptionError on damage unless `skip_damage`.
+/// The splits of a commitlog directory: `[(path, base, starts, ends, damage)]` per segment (split `i` reads
+/// `[starts[i], ends[i])`), damage being a list of `(commitlog offset, length, reason)` left out. Raises
+/// CorruptionError on damage unless `skip_damage`.
 #[pyfunction]
 #[pyo3(signature = (dir, split_size, *, skip_damage=false))]
 #[allow(clippy::type_complexity)]
@@ -354,13 +355,13 @@ fn plan_commitlog(
     #[pyo3(from_py_with = args::path)] dir: PathBuf,
     #[pyo3(from_py_with = args::count_u64)] split_size: u64,
     #[pyo3(from_py_with = args::boolean)] skip_damage: bool,
-) -> PyResult<Vec<(String, i64, Vec<u64>, u64, Option<(i64, u64, String)>)>> {
+) -> PyResult<Vec<(String, i64, Vec<u64>, Vec<u64>, Vec<(i64, u64, String)>)>> {
     let plans = py.detach(|| columnar::plan_commitlog(&dir, split_size, skip_damage)).map_err(to_py)?;
     Ok(plans
         .into_iter()
         .map(|p| {
-            let damage = p.damage.map(|d| (d.offset, d.length, d.reason));
-            (p.path.display().to_string(), p.base, p.starts, p.data_end, damage)
+            let damage = p.damage.into_iter().map(|d| (d.offset, d.length, d.reason)).collect();
+            (p.path.display().to_string(), p.base, p.starts, p.ends, damage)
         })
         .collect())
 }

@@ -405,7 +405,13 @@ impl MessageStore {
             // A start inside a record is a bad argument, not corruption: `read` says which.
             py.detach(|| inner.read(from_offset)).map_err(to_py)?;
         }
-        Ok(Scanner { store: self.inner.clone(), next: from_offset, buffer: VecDeque::new(), done: false })
+        Ok(Scanner {
+            store: self.inner.clone(),
+            next: from_offset,
+            buffer: VecDeque::new(),
+            done: false,
+            skipped: Vec::new(),
+        })
     }
 
     /// Flushes written data to disk.
@@ -575,13 +581,7 @@ impl MessageStore {
         d.set_item("recovery", r.mode.name())?;
         let damage = PyList::empty(py);
         for x in &r.damage {
-            let e = PyDict::new(py);
-            e.set_item("path", x.path.display().to_string())?;
-            e.set_item("offset", x.offset)?;
-            e.set_item("bytes", x.bytes)?;
-            e.set_item("reason", x.reason.clone())?;
-            e.set_item("dropped_records", x.dropped_records)?;
-            damage.append(e)?;
+            damage.append(damage_dict(py, x)?)?;
         }
         d.set_item("damage", damage)?;
         Ok(d)
@@ -966,6 +966,17 @@ impl Drop for Handle {
     }
 }
 
+/// One damaged range (`open_report["damage"]`, `Scanner.skipped`) as a dict.
+fn damage_dict<'py>(py: Python<'py>, x: &crate::commitlog::Damage) -> PyResult<Bound<'py, PyDict>> {
+    let e = PyDict::new(py);
+    e.set_item("path", x.path.display().to_string())?;
+    e.set_item("offset", x.offset)?;
+    e.set_item("bytes", x.bytes)?;
+    e.set_item("reason", x.reason.clone())?;
+    e.set_item("dropped_records", x.dropped_records)?;
+    Ok(e)
+}
+
 /// Iterator over stored messages; fetches records in batches with the interpreter detached.
 #[pyclass(module = "rmq._native")]
 pub struct Scanner {
@@ -973,6 +984,8 @@ pub struct Scanner {
     next: u64,
     buffer: VecDeque<Record>,
     done: bool,
+    /// Damage stepped over so far (a store opened with `recovery="salvage"`).
+    skipped: Vec<crate::commitlog::Damage>,
 }
 
 #[pymethods]
@@ -985,10 +998,11 @@ impl Scanner {
         if self.buffer.is_empty() && !self.done {
             let store = &self.store;
             let mut next = self.next;
+            let skipped = &mut self.skipped;
             let fetched: Result<Vec<Record>, Error> = py.detach(|| {
                 let mut out = Vec::with_capacity(SCAN_BATCH);
                 while out.len() < SCAN_BATCH {
-                    match store.next_record(next) {
+                    match store.next_record_salvaging(next, skipped) {
                         Ok(Some((rec, after))) => {
                             out.push(rec);
                             next = after;
@@ -1011,6 +1025,17 @@ impl Scanner {
             self.buffer.extend(fetched);
         }
         Ok(self.buffer.pop_front().map(MessageExt::new))
+    }
+
+    /// The damage a scan of a store opened with `recovery="salvage"` stepped over so far, beyond what the open
+    /// met (`open_report["damage"]`): dicts of `path`, `offset`, `bytes`, `reason`, `dropped_records` (0).
+    #[getter]
+    fn skipped<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for x in &self.skipped {
+            out.append(damage_dict(py, x)?)?;
+        }
+        Ok(out)
     }
 
     /// Commitlog offset where the scan continues.

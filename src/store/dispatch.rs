@@ -344,6 +344,10 @@ impl Dispatcher<'_> {
             let (file, reason) = match cursor.next() {
                 None => break,
                 Some(Step::Record(rec)) => {
+                    if let Some(to) = log.skip_record_at(at) {
+                        cursor.seek(to);
+                        continue;
+                    }
                     let h = &rec.header;
                     let record = rec.bytes();
                     let size = h.total_size as u64;

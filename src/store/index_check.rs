@@ -135,6 +135,10 @@ pub(super) fn each_record(
         let file = match cursor.next() {
             None => return Ok(()),
             Some(Step::Record(rec)) => {
+                if let Some(to) = log.skip_record_at(at) {
+                    cursor.seek(to);
+                    continue;
+                }
                 if !visit(&rec)? {
                     return Ok(());
                 }

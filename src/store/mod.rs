@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{AbortFile, CheckpointValues, LockFile, StoreCheckpoint};
-use crate::commitlog::{CommitLog, OpenReport, Record};
+use crate::commitlog::{CommitLog, OpenReport, Record, RecoveryMode};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::consume_queue::{ConsumeQueue, CqEntry};
@@ -289,6 +289,43 @@ impl MessageStore {
     pub fn next_record(&self, offset: u64) -> Result<Option<(Record, u64)>> {
         self.check_open()?;
         self.commitlog.next_record(offset)
+    }
+
+    /// [`next_record`](Self::next_record) as a store opened with [`RecoveryMode::Salvage`] reads: damage the open
+    /// did not meet (opening reads the newest segments only, so damage in an older one is met first here) is
+    /// stepped over to the next record that validates completely and names its own offset, as the open's
+    /// salvage steps over what it meets, and each range stepped over is added to `skipped`. In any other mode
+    /// damage is [`Error::Corruption`], as from `next_record`.
+    pub fn next_record_salvaging(
+        &self,
+        offset: u64,
+        skipped: &mut Vec<crate::commitlog::Damage>,
+    ) -> Result<Option<(Record, u64)>> {
+        let mut at = offset;
+        loop {
+            match self.next_record(at) {
+                Err(Error::Corruption { path, offset, reason }) if self.open_report.mode == RecoveryMode::Salvage => {
+                    let from = offset.max(0) as u64;
+                    let limit = self.commitlog.max_offset();
+                    let next =
+                        crate::commitlog::cursor::find_valid_record(self.commitlog.queue(), from + 1, limit, false);
+                    let to = next.unwrap_or(limit).max(from);
+                    skipped.push(crate::commitlog::Damage {
+                        path,
+                        offset: from,
+                        bytes: to - from,
+                        reason,
+                        dropped_records: 0,
+                    });
+                    self.commitlog.add_skip(from, to);
+                    match next {
+                        Some(q) => at = q,
+                        None => return Ok(None),
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Flushes all written data to disk: the commitlog, then the consume queues and the index. A poisoned
