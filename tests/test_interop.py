@@ -320,6 +320,38 @@ def test_rmq_store_opens_in_rocketmq(java: Run, rmq_stores: dict[str, Path], tmp
     print(f"rmq -> RocketMQ ({variant}): {s}")
 
 
+def test_a_store_rmq_cut_at_damage_opens_in_rocketmq_as_in_rmq(
+    java: Run, rmq_stores: dict[str, Path], tmp_path: Path
+) -> None:
+    """A record in the middle of the log damaged, then `rmq recover --mode truncate`: RocketMQ 5.3.1 opens the
+    cut store and finds the same messages, queues, index files (the ones wholly past the cut removed, the one
+    spanning it rebuilt) and keys as rmq: no key finds a dropped message on either side."""
+    store = tmp_path / "cut"
+    shutil.copytree(rmq_stores["clean"], store)
+    with rmq.MessageStore(store, CONFIG, read_only=True) as s:
+        offsets = [m.commitlog_offset for m in s.scan()]
+        index_files = len(s.index_files())
+    seg = CONFIG.mapped_file_size_commit_log
+    # A record in the segment before the newest (a clean open validates the newest three), not its first.
+    in_prev = [o for o in offsets if o // seg == offsets[-1] // seg - 1]
+    victim = in_prev[len(in_prev) // 2]
+    path = store / "commitlog" / f"{victim // seg * seg:020d}"
+    data = bytearray(path.read_bytes())
+    data[victim % seg + 5] ^= 0x40
+    path.write_bytes(data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmq.cli", "recover", str(store), "--mode", "truncate",
+         "--max-hash-slot-num", "64", "--max-index-num", "128"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and f"cut the log at commitlog offset {victim}" in proc.stdout, proc.stdout
+    ours = rmq_describe(store, tmp_path)
+    assert [m["physicalOffset"] for m in by_type(ours, "message")] == [o for o in offsets if o < victim]
+    assert all(all(o < victim for o in k["physicalOffsets"]) for k in by_type(ours, "key"))
+    assert len(by_type(ours, "store")[0]["indexFiles"]) < index_files, "index files past the cut removed"
+    assert_same(ours, java_describe(java, store, tmp_path))
+
+
 # -- consumerOffset.json ---------------------------------------------------------------------------------------
 
 
