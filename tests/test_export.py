@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from test_cli_recover import rmq_cli
 from test_read_only import snapshot
 
 import rmq
@@ -317,3 +318,69 @@ def test_an_export_onto_a_full_disk_is_a_disk_full_error_and_leaves_no_file(
     )
     p = cli("replay", str(src), str(tmpfs / "dst"))
     assert p.returncode == 2 and "[Errno" not in p.stderr and "no space left on the device" in p.stderr, p.stderr
+
+
+REPLAY_KILLED_AFTER = """
+import os, signal, sys
+import rmq
+sys.path.insert(0, sys.argv[4])
+from conftest import small_config
+from rmq.export import Selection, replay
+
+class KilledAfter:
+    # The destination store, killed with SIGKILL (no close, no flush) after its k-th put.
+    def __init__(self, store, k):
+        self.store, self.k = store, k
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+    def put(self, *args, **kwargs):
+        if self.k == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.k -= 1
+        return self.store.put(*args, **kwargs)
+
+cfg = small_config(mapped_file_size_consume_queue=160, max_hash_slot_num=16, max_index_num=32)
+dst = rmq.MessageStore(sys.argv[2], cfg)
+replay(sys.argv[1], KilledAfter(dst, int(sys.argv[3])), Selection(topics=["ExA", "ExB"]), to_topic=None)
+"""
+
+
+def _replayed(dst: Path) -> list[tuple[str, int, bytes, int, str | None]]:
+    with rmq.MessageStore(dst, CONFIG, read_only=True) as s:
+        return [(m.topic, m.queue_id, m.body, m.born_timestamp, m.uniq_key) for m in s.scan()]
+
+
+@pytest.mark.parametrize("k", [0, 1, 67, 133])
+def test_a_replay_killed_part_way_resumes_without_appending_twice(src: Path, tmp_path: Path, k: int) -> None:
+    """A replay SIGKILLed after its k-th put (of 134), then `rmq replay --resume` with the same filters: the
+    destination holds every selected message once, in order; a second resume appends nothing. (Without
+    `--resume` the rerun appends the first k again, as on main.)"""
+    want = [
+        (r["topic"], r["queue_id"], r["body"], int(r["born_timestamp"].timestamp() * 1000), r["uniq_key"])
+        for r in everything(src)
+        if r["topic"] in ("ExA", "ExB")
+    ]
+    dst = tmp_path / "dst"
+    child = subprocess.run(
+        [sys.executable, "-c", REPLAY_KILLED_AFTER, str(src), str(dst), str(k), str(Path(__file__).parent)],
+        check=False,
+    )
+    assert child.returncode == -9
+    assert len(_replayed(dst)) == k  # each put before the kill is in the log (a kill loses no page)
+    args = ["replay", src, dst, "--topic", "ExA", "--topic", "ExB", "--resume", "--json"]
+    args += ["--max-hash-slot-num", "16", "--max-index-num", "32"]
+    p = rmq_cli(*args)
+    assert p.returncode == 0, p.stderr
+    assert _replayed(dst) == want
+    p = rmq_cli(*args)
+    assert p.returncode == 0 and json.loads(p.stdout)["replayed"] == 0, p.stdout
+    assert _replayed(dst) == want
+
+
+def test_resume_refuses_a_destination_this_replay_did_not_fill(src: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    with rmq.MessageStore(dst, CONFIG) as s:
+        s.put("Other", b"not from the source")
+    with rmq.MessageStore(dst, CONFIG) as s, pytest.raises(rmq.InvalidArgumentError, match="cannot resume"):
+        replay(src, s, Selection(topics=["ExA"]), resume=True)
+    assert [m[:3] for m in _replayed(dst)] == [("Other", 0, b"not from the source")]  # nothing appended

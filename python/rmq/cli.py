@@ -239,7 +239,16 @@ def cmd_export(args: argparse.Namespace) -> int:
             if args.to_topic is not None:
                 rmq._native.check_producer_topic(args.to_topic)
             with rmq.MessageStore(args.dst, store_config(args)) as dst:
-                n = replay(store, dst, sel, to_topic=args.to_topic, skipped=skipped, damaged=damaged, progress=progress)
+                n = replay(
+                    store,
+                    dst,
+                    sel,
+                    to_topic=args.to_topic,
+                    skipped=skipped,
+                    damaged=damaged,
+                    progress=progress,
+                    resume=args.resume,
+                )
             result = {"replayed": n, "dst": str(args.dst)}
             what = "were not replayed"
     finally:
@@ -374,6 +383,11 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("store", type=Path, help="source store root")
     rep.add_argument("dst", type=Path, help="destination store root (created if missing)")
     rep.add_argument("--to-topic", default=None, help="put them into this topic instead of their own")
+    rep.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a replay that stopped part way: skip what the destination's newest message shows done",
+    )
     for cmd in (exp, rep):
         cmd.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
         cmd.add_argument("--queue", type=_int_arg(0, 2**31 - 1, "a queue id"), default=None, help="only this queue")

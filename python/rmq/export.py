@@ -292,6 +292,7 @@ def replay(
     skipped: list[tuple[int, int, str]] | None = None,
     damaged: list[int] | None = None,
     progress: Progress | None = None,
+    resume: bool = False,
 ) -> int:
     """Appends the selected messages of the store `src` to `dst` (an open, writable store), in commitlog order:
     same body, queue id, tags, keys, flag, born host and time, reconsume times and user properties (UNIQ_KEY
@@ -302,14 +303,26 @@ def replay(
     A message whose body fails its CRC is never appended: the destination would store the damaged body under a
     new, matching CRC, and the damage would be gone from sight. Every other message is appended; then the
     damaged ones' commitlog offsets go to `damaged` when that list is given, and otherwise `CorruptionError`
-    names how many there were and where the first one is."""
+    names how many there were and where the first one is.
+
+    `resume` continues a replay that stopped part way (killed, interrupted, a full disk): the selected messages
+    up to and including the first one that is the destination's newest message (same topic, queue, body, born
+    host and time, and UNIQ_KEY when the source message has one) are not appended again; with an empty
+    destination everything is. When no selected message is the destination's newest, nothing is appended and
+    `InvalidArgumentError` says so (the destination was not filled by this replay, or with other filters). A
+    message the source holds twice (a producer's retry) may be appended once more."""
     refuse_overlap(src, (dst.path,), "the destination store")
     count = 0
     bad: list[int] = []
+    waiting = _newest_message(dst) if resume else None
     for batch in batches(src, sel, skipped=skipped, progress=progress):
         for row in batch.to_pylist():
             if row["transaction_type"] in ("PREPARED", "ROLLBACK"):
                 continue  # not messages a consumer sees
+            if waiting is not None:
+                if _replayed_as(row, to_topic, waiting):
+                    waiting = None
+                continue
             if not row["body_crc_ok"]:
                 bad.append(row["commitlog_offset"])
                 continue
@@ -327,11 +340,41 @@ def replay(
                 reconsume_times=row["reconsume_times"],
             )
             count += 1
+    if waiting is not None:
+        raise _native.InvalidArgumentError(
+            f"cannot resume: the destination's newest message (commitlog offset {waiting.commitlog_offset}, "
+            f"msgId {waiting.uniq_key or waiting.msg_id}) is not among the selected messages of {src}; "
+            "nothing was appended"
+        )
     if damaged is not None:
         damaged.extend(bad)
     elif bad:
         raise rmq.CorruptionError(damaged_bodies(len(bad), bad[0], "were not replayed"))
     return count
+
+
+def _newest_message(store: rmq.MessageStore) -> rmq.MessageExt | None:
+    """The message at the end of `store`'s log (read from the start of the newest segment holding one)."""
+    starts = sorted(int(Path(p).name) for p in store.commitlog_files())
+    for start in reversed(starts):
+        last = None
+        for m in store.scan(max(start, store.min_offset)):
+            last = m
+        if last is not None:
+            return last
+    return None
+
+
+def _replayed_as(row: dict[str, Any], to_topic: str | None, m: rmq.MessageExt) -> bool:
+    """Whether `m` is what replaying the source row `row` appends (compared on what a replay copies)."""
+    return (
+        (to_topic if to_topic is not None else row["topic"]) == m.topic
+        and row["queue_id"] == m.queue_id
+        and row["born_host"] == m.born_host
+        and _ms(row["born_timestamp"]) == m.born_timestamp
+        and (row["uniq_key"] is None or row["uniq_key"] == m.uniq_key)
+        and row["body"] == m.body
+    )
 
 
 def damaged_bodies(n: int, first: int, what: str) -> str:
