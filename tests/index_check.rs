@@ -82,7 +82,7 @@ fn intact_files_pass_the_check_rocketmq_written_ones_too() {
     for p in index_files(tmp.path()) {
         let f = IndexFile::open(&p, cfg).unwrap();
         assert_eq!(f.verify(), Ok(()), "{}", p.display());
-        assert_eq!(f.check_header(p == *index_files(tmp.path()).last().unwrap()), Ok(()), "{}", p.display());
+        assert_eq!(f.check_header(), Ok(()), "{}", p.display());
     }
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rocketmq-5.3.1/store/index");
     let cfg = IndexConfig { max_hash_slot_num: 64, max_index_num: 128, max_msgs_num_batch: 64 };
@@ -90,6 +90,7 @@ fn intact_files_pass_the_check_rocketmq_written_ones_too() {
     for e in std::fs::read_dir(fixture).unwrap() {
         let f = IndexFile::open(&e.unwrap().path(), cfg).unwrap();
         assert_eq!(f.verify(), Ok(()), "{f:?}");
+        assert_eq!(f.check_header(), Ok(()), "{f:?}");
         n += 1;
     }
     assert_eq!(n, 10);
@@ -163,6 +164,32 @@ fn lost_files_are_rebuilt_at_open() {
     for (k, want) in &keys {
         assert_eq!(&found(&store, k), want, "newest lost: key {k}");
     }
+}
+
+/// A lost file between two whose names are 1 ms apart (files are named by the millisecond they were created
+/// in): no name fits between them for a new file, so the file after the gap is rebuilt over it. On main the
+/// rebuild failed ("no index file name fits") at every open and the keys of the gap stayed unindexed.
+#[test]
+fn a_lost_file_between_names_one_millisecond_apart_is_rebuilt_into_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = fill(tmp.path());
+    let files = index_files(tmp.path());
+    let ms = |p: &Path| p.file_name().unwrap().to_str().unwrap().parse::<u64>().unwrap();
+    std::fs::remove_file(&files[3]).unwrap();
+    let adjacent = tmp.path().join("index").join(format!("{:017}", ms(&files[2]) + 1));
+    if adjacent != files[4] {
+        std::fs::rename(&files[4], &adjacent).unwrap();
+    }
+    let store = MessageStore::open(tmp.path(), config()).unwrap();
+    let rebuilt = &store.recovery_report().rebuilt_index_files;
+    assert!(rebuilt.iter().any(|r| r.contains("a file was lost") && r.contains("rebuilt from")), "{rebuilt:?}");
+    assert!(!rebuilt.iter().any(|r| r.contains("could not be rebuilt")), "{rebuilt:?}");
+    for (k, want) in &keys {
+        assert_eq!(&found(&store, k), want, "key {k}");
+    }
+    store.close().unwrap();
+    let again = MessageStore::open(tmp.path(), config()).unwrap();
+    assert!(again.recovery_report().rebuilt_index_files.is_empty(), "{:?}", again.recovery_report());
 }
 
 /// After a crash the newest file is checked at open: damage there is rebuilt before the store takes puts.

@@ -176,3 +176,23 @@ def test_a_truncating_open_stopped_at_any_step_converges_on_the_next(tmp_path: P
             assert n > 0, "the fault was met at least once"
             return
     pytest.fail("the open still met the fault after 200 operations")
+
+
+def test_a_cut_walks_the_segments_the_next_open_validates(tmp_path: Path) -> None:
+    """Damage in a segment older than the newest three (which a clean open validates) and in one of those: the
+    truncating open cuts at the newer damage, which makes the older one's segment one of the newest three for
+    the next open. It walks those too and cuts at the older damage, so the next (strict) open finds nothing.
+    On main the next open refused the store (CorruptionError) and wanted a second truncation."""
+    cfg = small_config(max_hash_slot_num=16, max_index_num=32)
+    root = tmp_path / "s"
+    offsets = build(root, cfg)
+    last_seg = offsets[-1] // SEGMENT
+    assert last_seg >= 4
+    older = next(o for o in offsets if o // SEGMENT == last_seg - 3 and o % SEGMENT > 0)
+    newer = next(o for o in offsets if o // SEGMENT == last_seg - 1 and o % SEGMENT > 0)
+    flip_magic(root, older)
+    flip_magic(root, newer)
+    with rmq.MessageStore(root, cfg, recovery="truncate") as s:
+        assert [d["offset"] for d in s.open_report["damage"]] == [newer, older]
+        assert s.max_offset == older
+    assert_cut_cleanly(root, cfg, offsets, older)

@@ -186,6 +186,9 @@ pub struct OpenReport {
     /// The store time of the last record the walk kept (`None` when it kept none: see
     /// [`CommitLog::newest_store_timestamp`](super::CommitLog::newest_store_timestamp)).
     pub last_store_timestamp: Option<i64>,
+    /// After a cut, the segments before the walk's start that the next open validates were walked too, and the
+    /// log was cut again there: the records offered to `visit` are gone.
+    pub rewalked_cut: bool,
 }
 
 /// What lies from the first invalid position on.
@@ -289,17 +292,67 @@ impl CommitLog {
         let Some(last) = files.last() else { return Ok(report) };
         let began = std::time::Instant::now();
         let from = self.recovery_start(&files, opts);
-        let start = files.get(from).map_or(0, |f| f.start());
+        let mut start = files.get(from).map_or(0, |f| f.start());
         report.validated_from = start;
         // Where the non-zero bytes end, from `start` on: what `classify` needs at the position the walk stops.
         // The scan reads the zeros after the data (a pre-allocated segment's rest, as large as a good part of the
         // walk), so on disk it runs beside the walk: the store's lock keeps writers out, and nothing changes the
         // files before the walk stops. (In an overlay a live writer may append meanwhile: scanned when needed.)
         let mut tail = TailScan::start(&self.queue, start, opts.storage == crate::mmap::Storage::Disk);
-        let mut cursor = Cursor::new(&self.queue, start, last.end(), self.check_options());
+        let mut end = self.walk(start, last.end(), opts, &mut report, &mut tail, visit)?;
+        // A cut moves the end back, and with it the segments the next open (after this one's clean close)
+        // validates: three back from the new end. Those before this walk's start are walked too (records not
+        // offered to `visit`), so that the cut store opens without meeting damage this walk never read, where
+        // RocketMQ's next recovery would cut again. Until the start stops moving.
+        while !report.damage.is_empty() {
+            let files = self.queue.files();
+            let next = RecoverOptions { unclean: false, ..*opts };
+            let earlier = files.get(self.recovery_start(&files, &next)).map_or(0, |f| f.start());
+            if earlier >= start {
+                break;
+            }
+            let newest = report.last_store_timestamp;
+            let mut tail = TailScan::start(&self.queue, earlier, false);
+            let stopped = self.walk(earlier, start, opts, &mut report, &mut tail, &mut |_| {})?;
+            if stopped < start {
+                // Cut again, before everything the first walk kept.
+                report.rewalked_cut = true;
+                end = stopped;
+            } else {
+                report.last_store_timestamp = newest;
+            }
+            start = earlier;
+            report.validated_from = start;
+        }
+        report.end_offset = end;
+        report.validated_bytes = end.saturating_sub(start) + report.damage.iter().map(|d| d.bytes).sum::<u64>();
+        report.validate_time = began.elapsed();
+        if report.damage.is_empty() && report.torn_bytes == 0 {
+            // A clean end: segments after it hold nothing (RocketMQ pre-allocates the next one, and its
+            // recovery destroys every file starting after the end; so does rmq).
+            report.removed_files += self.queue.remove_after(end) as u64;
+        }
+        Ok(report)
+    }
+
+    /// Walks the log from `start` (a segment start) to `limit`, validating every record (module docs), and
+    /// returns where the data ends: `limit` or the end of the last segment when nothing stopped the walk, else
+    /// the first position that is neither a record nor a blank, classified and handled by `opts.mode` (cut, or
+    /// with salvage skipped and walked on). `visit` is offered each record kept.
+    fn walk(
+        &self,
+        start: u64,
+        limit: u64,
+        opts: &RecoverOptions,
+        report: &mut OpenReport,
+        tail: &mut TailScan,
+        visit: &mut dyn FnMut(&Record),
+    ) -> Result<u64> {
+        let last_end = self.queue.last().map_or(0, |f| f.end());
+        let mut cursor = Cursor::new(&self.queue, start, limit.min(last_end), self.check_options());
         let end = loop {
             let (p, file, reason) = match cursor.next() {
-                None => break cursor.offset().min(last.end()),
+                None => break cursor.offset().min(last_end),
                 // The body CRC does not cover the topic and properties: a record whose later page a power loss
                 // reverted to zeros still validates. Such a record is the first lost position.
                 Some(Step::Record(r))
@@ -323,7 +376,7 @@ impl CommitLog {
                 Tail::Clean => break p,
                 Tail::Torn => {
                     report.stop_reason = Some(reason);
-                    report.torn_bytes = self.cut(p, &file, &mut report)?;
+                    report.torn_bytes = self.cut(p, &file, report)?;
                     break p;
                 }
                 Tail::Damaged { following } => match opts.mode {
@@ -344,7 +397,7 @@ impl CommitLog {
                     }
                     RecoveryMode::Truncate | RecoveryMode::Salvage => {
                         report.stop_reason = Some(reason.clone());
-                        let bytes = self.cut(p, &file, &mut report)?;
+                        let bytes = self.cut(p, &file, report)?;
                         let dropped_records = following.len() as u64;
                         let path = file.path().to_owned();
                         report.damage.push(Damage { path, offset: p, bytes, reason, dropped_records });
@@ -353,15 +406,7 @@ impl CommitLog {
                 },
             }
         };
-        report.end_offset = end;
-        report.validated_bytes = end.saturating_sub(start) + report.damage.iter().map(|d| d.bytes).sum::<u64>();
-        report.validate_time = began.elapsed();
-        if report.damage.is_empty() && report.torn_bytes == 0 {
-            // A clean end: segments after it hold nothing (RocketMQ pre-allocates the next one, and its
-            // recovery destroys every file starting after the end; so does rmq).
-            report.removed_files += self.queue.remove_after(end) as u64;
-        }
-        Ok(report)
+        Ok(end)
     }
 
     /// The index of the segment recovery validates from (spec §10.3, with rmq's stricter rules).

@@ -107,6 +107,18 @@ struct Writer {
     next_expected: u64,
 }
 
+/// What [`ConsumeQueue::recover`] found after the queue's valid entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Non-zero bytes after the first invalid entry (and the 20 bytes it takes): a hole a killed process cannot
+    /// leave (entries are written in order), so entries after it were lost (power loss, damage) and the queue
+    /// must be rebuilt from the commitlog from its last good entry on.
+    pub hole: bool,
+    /// The first invalid entry holds non-zero bytes: a write a kill cut short, or, after a clean close, damage
+    /// (then its record lies before where dispatch restarts, and is dispatched again only if the queue is).
+    pub torn_entry: bool,
+}
+
 /// The consume queue of one (topic, queue id).
 #[derive(Debug)]
 pub struct ConsumeQueue {
@@ -319,13 +331,11 @@ impl ConsumeQueue {
     }
 
     /// `ConsumeQueue.recover` (spec §6.4): scans the last three files for valid entries and truncates after them.
-    /// Returns whether non-zero bytes followed the first invalid entry: a hole that a killed process cannot
-    /// leave (entries are written in order), so entries after it were lost (power loss, damage) and the
-    /// queue must be rebuilt from the commitlog from its last good entry on.
-    pub fn recover(&self) -> Result<bool> {
+    /// Returns what lay after the valid entries ([`Recovered`]).
+    pub fn recover(&self) -> Result<Recovered> {
         let files = self.files.files();
         let mut w = self.lock();
-        let Some(last) = files.last() else { return Ok(false) };
+        let Some(last) = files.last() else { return Ok(Recovered::default()) };
         let mut max_physic = -1i64;
         let mut process = last.start();
         let from = files.len().saturating_sub(3);
@@ -349,6 +359,12 @@ impl ConsumeQueue {
                 break;
             }
         }
+        // The first invalid entry not all zeros: torn by a killed write, or damaged.
+        let torn_entry = files
+            .iter()
+            .find(|f| process >= f.start() && process < f.end())
+            .and_then(|f| f.slice((process - f.start()) as usize, UNIT as usize))
+            .is_some_and(|b| b.iter().any(|&x| x != 0));
         // A torn last entry is at most 20 bytes; anything non-zero after it is a hole.
         let hole = files.iter().filter(|f| f.end() > process + UNIT).any(|f| {
             let from = (process + UNIT).max(f.start());
@@ -368,7 +384,7 @@ impl ConsumeQueue {
         self.truncate_files_after(process)?;
         w.max_physic_offset = max_physic;
         self.max_physic.store(max_physic, Ordering::Release);
-        Ok(hole)
+        Ok(Recovered { hole, torn_entry })
     }
 
     /// The first queue offset whose entry cannot be right: not a valid entry (`offset ≥ 0`, `size > 0`), not
@@ -440,14 +456,22 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// `truncateDirtyLogicFiles(processOffset)` (spec §10.6): removes entries pointing at or beyond the end of
-    /// the commitlog. Only called while no other thread uses the queue.
-    pub fn truncate_dirty(&self, process_offset: i64) -> Result<()> {
+    /// `truncateDirtyLogicFiles(processOffset)` (spec §10.6): removes entries from the first one pointing at or
+    /// beyond the end of the commitlog. Only called while no other thread uses the queue. Returns, when entries
+    /// were removed, the queue offset cut at and whether a removed entry after it points inside the log (then
+    /// the first was damaged, entries being in log order, and the records of the ones after it must be
+    /// dispatched again).
+    pub fn truncate_dirty(&self, process_offset: i64) -> Result<Option<(u64, bool)>> {
         let mut w = self.lock();
         if w.max_physic_offset < process_offset {
-            return Ok(()); // nothing points at or beyond it
+            return Ok(None); // nothing points at or beyond it
         }
-        let mut max_physic = process_offset;
+        let entries_before = self.max_logical.load(Ordering::Acquire);
+        // Whether a removed entry points inside the log, and the first queue offset removed.
+        let mut inside = false;
+        let mut cut_at = None;
+        // The end of the last message entry kept (none: -1, as when every file goes).
+        let mut max_physic = -1;
         loop {
             let Some(last) = self.files.last() else {
                 self.truncate_files_after(0)?;
@@ -472,6 +496,12 @@ impl ConsumeQueue {
                     max_physic = e.end();
                 }
             }
+            let removed = bytes.get(keep as usize..).unwrap_or_default();
+            inside |= removed
+                .chunks_exact(UNIT as usize)
+                .filter_map(CqEntry::decode)
+                .any(|e| e.is_valid() && !e.is_pre_blank() && e.offset < process_offset && e.end() <= process_offset);
+            cut_at = Some((last.start() + keep) / UNIT);
             if delete {
                 self.files.remove_after(last.start().saturating_sub(1));
                 if last.start() == 0 || self.files.last().is_none() {
@@ -486,7 +516,8 @@ impl ConsumeQueue {
         let max_physic = if self.files.last().is_some() { max_physic.min(process_offset) } else { -1 };
         w.max_physic_offset = w.max_physic_offset.min(max_physic);
         self.max_physic.store(w.max_physic_offset, Ordering::Release);
-        Ok(())
+        let removed = self.max_logical.load(Ordering::Acquire) < entries_before;
+        Ok(cut_at.filter(|_| removed).map(|q| (q, inside)))
     }
 
     /// `correctMinOffset(minCommitLogOffset)` (spec §6.5): moves the min offset to the first entry whose

@@ -342,10 +342,12 @@ impl IndexFile {
     }
 
     /// The header against the file's first and last entries (what the open relies on to see which commitlog
-    /// range each file covers): indexCount in range, beginPhyOffset and endPhyOffset those entries' offsets,
-    /// beginTimestamp not after endTimestamp. Two entry reads; [`IndexFile::verify`] checks everything.
-    /// A file before the newest was rolled because it was full, so its indexCount is exactly maxIndexNum.
-    pub fn check_header(&self, newest: bool) -> std::result::Result<(), IndexDamage> {
+    /// range each file covers): indexCount in range and the entry after the last one empty, beginPhyOffset and
+    /// endPhyOffset those entries' offsets, beginTimestamp not after endTimestamp. Three entry reads;
+    /// [`IndexFile::verify`] checks everything. (A file before the newest is full when it was written by
+    /// `putKey`, but one rebuilt from records whose keys changed since may hold fewer entries: the empty entry
+    /// after the last one is what shows that a count was not lowered.)
+    pub fn check_header(&self) -> std::result::Result<(), IndexDamage> {
         let h = self.read();
         let damage = |offset: usize, reason: String| Err(IndexDamage { offset: offset as u64, reason });
         if i64::from(h.index_count) > i64::from(self.index_num) {
@@ -354,21 +356,25 @@ impl IndexFile {
                 format!("indexCount {} exceeds maxIndexNum {}", h.index_count, self.index_num),
             );
         }
-        if !newest && i64::from(h.index_count) != i64::from(self.index_num) {
-            return damage(
-                INDEX_COUNT_POS,
-                format!(
-                    "indexCount {} in a file that is not the newest (files roll when full, at {})",
-                    h.index_count, self.index_num
-                ),
-            );
-        }
         let slots_used = h.hash_slot_count;
         if slots_used < 0 || slots_used as u32 > self.slot_num || (h.index_count <= 1) != (slots_used == 0) {
             return damage(
                 HASH_SLOT_COUNT_POS,
                 format!("hashSlotCount {slots_used} with indexCount {}", h.index_count),
             );
+        }
+        // Entries are written in order from entry 1 on: the one after the last holds nothing yet. (A count
+        // lowered by damage would hide the entries after it from every query, and a file saying it holds none
+        // would be written over from entry 1.)
+        let next = h.index_count.max(1);
+        if i64::from(next) < i64::from(self.index_num) {
+            let pos = self.entry_pos(next);
+            if self.map.slice(pos, ENTRY_SIZE).is_some_and(|b| b.iter().any(|&x| x != 0)) {
+                return damage(
+                    pos,
+                    format!("indexCount {} but entry {next}, after the last, holds data", h.index_count),
+                );
+            }
         }
         if h.index_count <= 1 {
             return Ok(());

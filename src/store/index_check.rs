@@ -7,12 +7,15 @@
 //! - **A file that breaks its own rules** ([`IndexFile::verify`]: chains, slots and header against the
 //!   entries). After a crash the files not known to be whole are verified at open: the newest (a power loss
 //!   loses its pages out of order) and any rolled after the checkpoint's indexMsgTimestamp. The files rolled
-//!   at or before it were flushed when they rolled and are not read at open at all (RocketMQ keeps them too);
-//!   every other file is verified the first time a query reads it, so opening never reads gigabytes of index.
+//!   at or before it were flushed when they rolled and are not verified at open (RocketMQ keeps them too);
+//!   every file is verified the first time a query reads it, so opening never reads gigabytes of index. Every
+//!   open checks each file's header against its first and last entries (two reads a file), trusted or not.
 //! - **An entry that does not point at a message with a key of its hash**, found by the query that reads it
 //!   (and at open after a crash, for the newest file's entries from the checkpoint's restart point on).
 //! - **A missing file**: keyed messages between two files' ranges, or before the first file's, that no file
-//!   covers. Checked at open; between files this reads only the few unkeyed messages that lie there.
+//!   covers. Checked at open; between files this reads only the few unkeyed messages that lie there. A new
+//!   file goes into the gap, or, when no file name fits between its neighbours', the file after it is rebuilt
+//!   over the gap too.
 //!
 //! Each rebuild is reported: at open in `RecoveryReport::rebuilt_index_files`, later in `dispatch_issues()`.
 
@@ -173,8 +176,14 @@ pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<St
     if index.last_indexed_offset().is_none_or(|o| o < end as i64) {
         return Ok(Vec::new());
     }
-    let keep =
-        index.files().iter().rposition(|f| f.has_entries() && f.begin_phy_offset() < end as i64).map_or(0, |i| i + 1);
+    // The file spanning the end is the first (oldest first) whose entries reach it; one whose entries all lie
+    // past the end goes with the files after it. (Read off the endPhyOffsets: a damaged beginPhyOffset further
+    // on cannot hide a file past the end. A damaged endPhyOffset before it only makes the rebuild longer.)
+    let files = index.files();
+    let Some(first) = files.iter().position(|f| f.has_entries() && f.end_phy_offset() >= end as i64) else {
+        return Ok(Vec::new());
+    };
+    let keep = if files[first].begin_phy_offset() >= end as i64 { first } else { first + 1 };
     let mut out: Vec<String> = index
         .remove_after(keep)?
         .iter()
@@ -315,7 +324,13 @@ pub(super) fn check_at_open(
     let mut rebuilt = Vec::new();
     // A rebuild that fails (a full disk) is reported and the open goes on: a query tries again later.
     let mut repair = |files: &[Arc<IndexFile>], at: usize, target: bool, what: String| -> bool {
-        match rebuild(index, log, files, at, target) {
+        let mut result = rebuild(index, log, files, at, target);
+        if !target && matches!(result, Err(crate::error::Error::InvalidConfig(_))) {
+            // No file name fits between the two files (named by the millisecond they were created in, they
+            // may be 1 ms apart): the file after the gap is rebuilt over the gap and its own range instead.
+            result = rebuild(index, log, files, at, true);
+        }
+        match result {
             Ok((from, to)) => {
                 rebuilt.push(format!("{what}; rebuilt from commitlog [{from}, {to}]"));
                 true
@@ -364,15 +379,15 @@ pub(super) fn check_at_open(
             }
         }
     }
-    // Each file's header against its entries, oldest first: the ranges below are read off the headers.
+    // Each file's header against its entries, oldest first, trusted files too (two entry reads a file): the
+    // ranges below are read off the headers, and a damaged header found only by a later open would make that
+    // open repair what this one let stand.
     let mut at = 0;
     loop {
         let files = index.files();
         let Some(f) = files.get(at) else { break };
-        if !trusted(&files, at) {
-            if let Err(d) = f.check_header(at + 1 == files.len()) {
-                repair(&files, at, true, format!("{} at byte {}: {}", f.path().display(), d.offset, d.reason));
-            }
+        if let Err(d) = f.check_header() {
+            repair(&files, at, true, format!("{} at byte {}: {}", f.path().display(), d.offset, d.reason));
         }
         at += 1;
     }

@@ -80,9 +80,14 @@ impl MessageStore {
             None
         };
         let mut holes = Vec::new();
+        let mut torn_entries = Vec::new();
         for cq in queues.all() {
-            if cq.recover()? {
+            let r = cq.recover()?;
+            if r.hole {
                 holes.push(cq);
+            } else if r.torn_entry && !unclean_shutdown {
+                // After a clean close no write was cut short: the last entry was damaged.
+                torn_entries.push(cq);
             }
         }
         let dispatched_end = queues
@@ -138,6 +143,10 @@ impl MessageStore {
             (opened, verifying.and_then(|h| h.join().ok()))
         });
         let (mut commitlog, open_report) = opened?;
+        if open_report.rewalked_cut {
+            // What the walk matched was cut away: the derived files are checked entry by entry instead.
+            matches = None;
+        }
         let transient_store_pool = if options.read_only { None } else { attach_pool(&mut commitlog, &config)? };
         // From here on opening changes the derived files: a process killed before it finishes must leave the
         // abort file, so that the next open does not take half-rebuilt queues or index for a clean close.
@@ -179,8 +188,29 @@ impl MessageStore {
         let mut cq_frontier: Option<i64> = None;
         let mut repaired_frontier: Option<u64> = None;
         let mut at_boundary = Vec::new();
+        // After a clean close nothing the log kept was lost, and nothing was cut: an entry past its end is damage.
+        let whole_log = !unclean_shutdown && open_report.damage.is_empty();
         for cq in queues.all() {
-            cq.truncate_dirty(end as i64)?;
+            // Entries from the first one pointing past the end are cut (RocketMQ's rule). When that entry was
+            // damaged (good entries after it point inside the log, or the log lost nothing), the queue is also
+            // dispatched again from its new last entry: the records of the entries cut lie before where dispatch
+            // restarts (the furthest queue's end). Without that, the message of queue offset 23 was lost from
+            // its queue and the one of 24 written at 23, or the next put was given the queue offset of a message
+            // the log holds.
+            let Some((q, inside)) = cq.truncate_dirty(end as i64)? else { continue };
+            if inside || whole_log {
+                let frontier = u64::try_from(cq.max_physic_offset()).unwrap_or(min).clamp(min, end);
+                repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
+                recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
+                recovery.rebuilt_reasons.push(if inside {
+                    format!(
+                        "entry {q} points past the end of the commitlog while entries after it point inside it: cut \
+                         there and rebuilt"
+                    )
+                } else {
+                    format!("entry {q} points past the end of a cleanly closed commitlog: cut there and rebuilt")
+                });
+            }
         }
         let restart =
             unclean_shutdown.then(|| checkpoint_restart(&commitlog, start_timestamp.min(index_safe_timestamp)));
@@ -190,6 +220,7 @@ impl MessageStore {
         let walked_index = walked.and_then(|m| m.index.as_ref());
         for cq in queues.all() {
             let hole = holes.iter().any(|h| std::sync::Arc::ptr_eq(h, &cq));
+            let torn = torn_entries.iter().any(|h| std::sync::Arc::ptr_eq(h, &cq));
             let disorder = cq.first_disorder(end as i64);
             let tail = if walked_queues.is_some_and(|w| w.tail_verified(&cq, min as i64)) {
                 None
@@ -200,7 +231,7 @@ impl MessageStore {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            if hole || bad.is_some() {
+            if hole || torn || bad.is_some() {
                 let from_q = bad.unwrap_or(cq.max_offset()).min(cq.max_offset());
                 cq.truncate_to(from_q)?;
                 let frontier = u64::try_from(cq.max_physic_offset()).unwrap_or(min).clamp(min, end);
@@ -208,7 +239,10 @@ impl MessageStore {
                 recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
                 recovery.rebuilt_reasons.push(match bad {
                     Some(q) => format!("entry {q} is damaged or does not point at its record; cut there and rebuilt"),
-                    None => format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt"),
+                    None if hole => format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt"),
+                    None => format!(
+                        "entry {from_q} is damaged (not a valid entry, after a clean close); cut there and rebuilt"
+                    ),
                 });
             }
             let m = cq.max_physic_offset();
@@ -217,7 +251,7 @@ impl MessageStore {
                 // A queue that ends exactly at a file boundary may have lost its newest file (deleted, or
                 // truncated to nothing): dispatch from its last entry on, so any later record of it comes back.
                 let max = cq.max_offset();
-                if !hole && bad.is_none() && max > 0 && max.is_multiple_of(cq.entries_per_file()) {
+                if !hole && !torn && bad.is_none() && max > 0 && max.is_multiple_of(cq.entries_per_file()) {
                     let frontier = (m.max(0) as u64).clamp(min, end);
                     repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
                     at_boundary.push((cq.clone(), max));

@@ -367,7 +367,7 @@ fn check_index(
         if newest && horizon.is_some() {
             // Being written: its slots and chains change under the check (entries of messages dispatched after
             // its view of the log ended). Its entries are still checked against their records, below.
-        } else if let Err(d) = f.check_header(newest).and_then(|()| f.verify()) {
+        } else if let Err(d) = f.check_header().and_then(|()| f.verify()) {
             rep.findings.push(Finding {
                 area: "index",
                 kind: "stale",

@@ -1,0 +1,117 @@
+"""A damaged consume-queue entry never moves a message to another queue offset.
+
+Tried as a user would on main: one entry in the middle of a queue (queue offset 23 of 25) whose commitlog
+offset was overwritten to point past the end of the log. The open cut the queue there (RocketMQ's
+`truncateDirtyLogicFiles`), but dispatch restarted where the furthest queue ended, after the records of the
+entries cut: the message of queue offset 23 was lost from its queue, the one of 24 was written at 23, and the
+next put would have been given 24 again, all without a word; the next open found it and repaired it. Now the
+cut is reported and the queue is dispatched again from its new last entry."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import rmq
+from conftest import small_config
+
+CFG = small_config(max_hash_slot_num=16, max_index_num=32)
+N = 150
+QUEUES = [(t, q) for t in ("A", "B") for q in range(3)]
+
+
+def topic_queue(i: int) -> tuple[str, int]:
+    return ("A", "B")[i % 2], i % 3
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int], list[int]]]:
+    """N messages over two topics of three queues, closed cleanly; each queue's commitlog offsets in order."""
+    root = tmp_path_factory.mktemp("cq") / "s"
+    queues: dict[tuple[str, int], list[int]] = {k: [] for k in QUEUES}
+    with rmq.MessageStore(root, CFG) as s:
+        for i in range(N):
+            t, q = topic_queue(i)
+            queues[(t, q)].append(s.put(t, b"m%03d" % i + b"." * (50 + i % 30), queue_id=q, keys=f"k{i}").wrote_offset)
+    return root, queues
+
+
+def assert_every_message_at_its_queue_offset(root: Path, queues: dict[tuple[str, int], list[int]]) -> None:
+    with rmq.MessageStore(root, CFG) as s:
+        for (t, q), offsets in queues.items():
+            entries = s._cq_entries(t, q, 0, 1000)
+            assert [e[1] for e in entries] == offsets, (t, q)
+            for qo, off, _, _ in entries:
+                m = s.read(off)
+                assert m is not None and m.queue_offset == qo
+            assert s.get_max_offset_in_queue(t, q) == len(offsets)
+        # The next put takes the next queue offset, never one a message holds.
+        assert s.put("B", b"next", queue_id=2).queue_offset == len(queues[("B", 2)])
+    with rmq.MessageStore(root, CFG) as s:
+        assert s.recovery_report["rebuilt_queues"] == [], s.recovery_report["rebuilt_reasons"]
+
+
+def test_an_entry_damaged_to_point_past_the_log_in_the_middle_of_a_queue(
+    template: tuple[Path, dict[tuple[str, int], list[int]]], tmp_path: Path
+) -> None:
+    src, queues = template
+    root = tmp_path / "s"
+    shutil.copytree(src, root)
+    n = len(queues[("B", 2)])
+    victim = n - 2  # with one good entry after it
+    cq = root / "consumequeue" / "B" / "2" / f"{0:020d}"
+    data = bytearray(cq.read_bytes())
+    data[victim * 20 + 4 : victim * 20 + 10] = b"pppppp"  # its commitlog offset far past the end, and its size
+    cq.write_bytes(data)
+    with rmq.MessageStore(root, CFG) as s:
+        assert s.recovery_report["rebuilt_queues"] == ["B/2"]
+        assert f"entry {victim} points past the end" in s.recovery_report["rebuilt_reasons"][0]
+    assert_every_message_at_its_queue_offset(root, queues)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    which=st.sampled_from(QUEUES),
+    where=st.floats(0, 1, exclude_max=True),
+    field=st.sampled_from([(0, 8), (4, 10), (8, 12), (0, 20)]),
+    fill=st.sampled_from([b"\x00", b"\x70", b"\xff", b"\x01"]),
+    abort=st.booleans(),
+)
+def test_any_damaged_entry_leaves_every_message_at_its_queue_offset(
+    template: tuple[Path, dict[tuple[str, int], list[int]]], tmp_path_factory: pytest.TempPathFactory,
+    which: tuple[str, int], where: float, field: tuple[int, int], fill: bytes, abort: bool,
+) -> None:  # fmt: skip
+    """Any entry of any queue with its offset, size or whole bytes overwritten, with or without an abort file:
+    after one open every message is at its own queue offset, the next put takes the next one, and the open
+    after that repairs nothing. (The open checks only the newest entries of each queue after a clean close;
+    an older entry's damage, which does not move the queue's end, is the reader's to find: `get_message`
+    reports it and `rmq check` lists it. Such examples are not this test's.)"""
+    src, queues = template
+    root = tmp_path_factory.mktemp("any") / "s"
+    shutil.copytree(src, root)
+    t, q = which
+    victim = int(where * len(queues[which]))
+    # A queue's last entry zeroed whole reads as one never written: the open cannot tell it from a message not
+    # dispatched yet without reading the log for every queue (a known gap; RocketMQ has it too).
+    assume(not (victim == len(queues[which]) - 1 and field == (0, 20) and fill == b"\x00"))
+    cq = root / "consumequeue" / t / str(q) / f"{0:020d}"
+    data = bytearray(cq.read_bytes())
+    a, b = field
+    before = bytes(data[victim * 20 + a : victim * 20 + b])
+    data[victim * 20 + a : victim * 20 + b] = fill * (b - a)
+    cq.write_bytes(data)
+    if abort:
+        (root / "abort").write_bytes(b"")
+    with rmq.MessageStore(root, CFG, read_only=True) as s:
+        found = s.recovery_report["rebuilt_queues"]
+    if not found and before != fill * (b - a):
+        # Not found at open (an older entry after a clean close): left to the reader. Nothing moved either.
+        with rmq.MessageStore(root, CFG, read_only=True) as s:
+            entries = s._cq_entries(t, q, 0, 1000)
+            assert len(entries) == len(queues[which])
+        return
+    assert_every_message_at_its_queue_offset(root, queues)
