@@ -29,7 +29,10 @@ fn reopen(dir: &Path, file_size: u64) -> ConsumeQueue {
 fn vector_16_6_pre_blank_queue_starting_at_300005() {
     let tmp = tempfile::tempdir().unwrap();
     let cq = open(tmp.path(), 6_000_000);
-    assert_eq!(cq.append(1000, 218, 2598919, 300_005).unwrap(), Appended::Written { queue_offset: 300_005 });
+    assert_eq!(
+        cq.append(1000, 218, 2598919, 300_005).unwrap(),
+        Appended::Written { queue_offset: 300_005, new_gap: false }
+    );
     assert_eq!(file_names(tmp.path()), ["00000000000006000000"]);
     let bytes = std::fs::read(tmp.path().join("00000000000006000000")).unwrap();
     assert_eq!(bytes.len(), 6_000_000);
@@ -58,8 +61,8 @@ fn vector_16_6_pre_blank_queue_starting_at_300005() {
 fn duplicate_rules() {
     let tmp = tempfile::tempdir().unwrap();
     let cq = open(tmp.path(), 200);
-    assert_eq!(cq.append(0, 100, 1, 0).unwrap(), Appended::Written { queue_offset: 0 });
-    assert_eq!(cq.append(100, 100, 1, 1).unwrap(), Appended::Written { queue_offset: 1 });
+    assert_eq!(cq.append(0, 100, 1, 0).unwrap(), Appended::Written { queue_offset: 0, new_gap: false });
+    assert_eq!(cq.append(100, 100, 1, 1).unwrap(), Appended::Written { queue_offset: 1, new_gap: false });
     // offset + size <= maxPhysicOffset: already built.
     assert_eq!(cq.append(100, 100, 1, 1).unwrap(), Appended::Duplicate);
     assert_eq!(cq.append(0, 100, 1, 0).unwrap(), Appended::Duplicate);
@@ -67,14 +70,17 @@ fn duplicate_rules() {
     assert_eq!(cq.append(200, 100, 1, 1).unwrap(), Appended::Duplicate);
     assert_eq!(cq.max_offset(), 2);
     // A gap (expect > current) is appended at the current position, as RocketMQ does, and counted.
-    assert_eq!(cq.append(300, 100, 1, 5).unwrap(), Appended::Written { queue_offset: 2 });
+    assert_eq!(cq.append(300, 100, 1, 5).unwrap(), Appended::Written { queue_offset: 2, new_gap: true });
     assert_eq!(cq.gaps(), 1);
+    // The records after it, as many places early: the same gap, not a new one (the dispatcher reports each once).
+    assert_eq!(cq.append(500, 100, 1, 6).unwrap(), Appended::Written { queue_offset: 3, new_gap: false });
+    assert_eq!(cq.gaps(), 2);
     // Bad input writes nothing.
     assert!(cq.append(-1, 100, 0, 3).is_err());
     assert!(cq.append(400, 0, 0, 3).is_err());
     assert!(cq.append(400, 10, 0, -3).is_err());
     assert!(cq.append(400, 10, 0, i64::MAX).is_err());
-    assert_eq!(cq.max_offset(), 3);
+    assert_eq!(cq.max_offset(), 4);
 }
 
 #[test]
@@ -126,7 +132,7 @@ fn recovery_stops_at_a_torn_entry_and_scans_only_the_last_three_files() {
     // The stale entry after the torn one was zeroed, so a second recovery cannot resurrect it.
     let bytes = std::fs::read(&last).unwrap();
     assert!(bytes[20..].iter().all(|&b| b == 0));
-    assert_eq!(cq.append(210, 10, 0, 21).unwrap(), Appended::Written { queue_offset: 21 });
+    assert_eq!(cq.append(210, 10, 0, 21).unwrap(), Appended::Written { queue_offset: 21, new_gap: false });
     drop(cq);
     let cq = reopen(tmp.path(), 100);
     assert_eq!(cq.max_offset(), 22);
@@ -170,7 +176,7 @@ fn recovery_over_lost_newest_files_keeps_the_earlier_entries_as_the_end() {
     for q in 0..5i64 {
         assert_eq!(cq.append(q * 10, 10, 0, q).unwrap(), Appended::Duplicate, "queue offset {q} is there");
     }
-    assert_eq!(cq.append(50, 10, 0, 5).unwrap(), Appended::Written { queue_offset: 5 });
+    assert_eq!(cq.append(50, 10, 0, 5).unwrap(), Appended::Written { queue_offset: 5, new_gap: false });
     assert_eq!(cq.entry(5).unwrap().offset, 50);
 }
 
@@ -193,7 +199,7 @@ fn truncate_dirty_removes_entries_at_or_after_the_commitlog_end() {
     cq.truncate_dirty(0).unwrap();
     assert_eq!((cq.min_offset(), cq.max_offset()), (0, 0));
     // Rebuilding works from scratch.
-    assert_eq!(cq.append(0, 10, 0, 0).unwrap(), Appended::Written { queue_offset: 0 });
+    assert_eq!(cq.append(0, 10, 0, 0).unwrap(), Appended::Written { queue_offset: 0, new_gap: false });
 }
 
 #[test]

@@ -115,3 +115,34 @@ def test_any_damaged_entry_leaves_every_message_at_its_queue_offset(
             assert len(entries) == len(queues[which])
         return
     assert_every_message_at_its_queue_offset(root, queues)
+
+
+def test_a_queue_rebuilt_over_a_damaged_record_says_its_messages_moved(
+    template: tuple[Path, dict[tuple[str, int], list[int]]], tmp_path: Path
+) -> None:
+    """A damaged consume-queue entry, and a damaged record of the same queue after it in a segment a clean open
+    does not validate: the queue is rebuilt from the commitlog, the damaged record is skipped, and the messages
+    after it land one queue offset early (RocketMQ's rule: appended at the queue's end). That is reported once,
+    naming the record and both offsets, beside the damage skipped; on main only the damage was."""
+    src, queues = template
+    root = tmp_path / "s"
+    shutil.copytree(src, root)
+    offsets = queues[("A", 1)]
+    seg_size = CFG.mapped_file_size_commit_log
+    newest_three = offsets[-1] // seg_size - 2
+    q_bad = next(i for i, o in enumerate(offsets) if i > 6 and o // seg_size < newest_three and o % seg_size > 0)
+    record = offsets[q_bad]
+    seg = root / "commitlog" / f"{record // seg_size * seg_size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[record % seg_size + 5] ^= 0x40  # its magic code
+    seg.write_bytes(data)
+    cq = root / "consumequeue" / "A" / "1" / f"{0:020d}"
+    data = bytearray(cq.read_bytes())
+    data[6 * 20 : 6 * 20 + 8] = bytes(8)  # entry 6's commitlog offset: 0, before entry 5's record
+    cq.write_bytes(data)
+    with rmq.MessageStore(root, CFG) as s:
+        assert s.recovery_report["rebuilt_queues"] == ["A/1"]
+        reasons = [r for _, r, _ in s.dispatch_issues()[1]]
+        moved = [r for r in reasons if "carries queue offset" in r]
+        assert len(moved) == 1 and f"carries queue offset {q_bad + 1} but A/1 is at {q_bad}" in moved[0], reasons
+        assert any("bad magic code" in r for r in reasons), reasons

@@ -91,8 +91,9 @@ pub enum BoundaryType {
 /// Outcome of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Appended {
-    /// The entry was written at `queue_offset`.
-    Written { queue_offset: u64 },
+    /// The entry was written at `queue_offset`; `new_gap`: the record carried a queue offset further from it
+    /// than the entry before did (the first entry after a gap in the queue's records).
+    Written { queue_offset: u64, new_gap: bool },
     /// Already present (duplicate-skip rule or an earlier logical offset): nothing written.
     Duplicate,
 }
@@ -103,6 +104,8 @@ struct Writer {
     max_physic_offset: i64,
     /// Entries written at a position other than their queue offset (RocketMQ logs a warning and appends).
     gaps: u64,
+    /// How far the last entry written lay before the queue offset its record carried.
+    shift: u64,
     /// One past the highest queue offset a dispatched record carried (beyond `max_offset` only after gaps).
     next_expected: u64,
 }
@@ -158,7 +161,7 @@ impl ConsumeQueue {
             topic: topic.to_owned(),
             queue_id,
             files,
-            writer: Mutex::new(Writer { max_physic_offset: -1, gaps: 0, next_expected: 0 }),
+            writer: Mutex::new(Writer { max_physic_offset: -1, gaps: 0, shift: 0, next_expected: 0 }),
             max_logical: AtomicU64::new(end),
             min_logical: AtomicU64::new(min),
             max_physic: AtomicI64::new(-1),
@@ -263,6 +266,7 @@ impl ConsumeQueue {
                 file
             }
         };
+        let mut new_gap = false;
         if cq_offset != 0 {
             if expect < cur {
                 return Ok(Appended::Duplicate);
@@ -270,6 +274,9 @@ impl ConsumeQueue {
             if expect > cur {
                 w.gaps += 1;
             }
+            let shift = (expect - cur) / UNIT;
+            new_gap = shift > w.shift;
+            w.shift = shift;
             w.next_expected = w.next_expected.max(expect / UNIT + 1);
         }
         w.max_physic_offset = entry.end();
@@ -277,7 +284,7 @@ impl ConsumeQueue {
         let pos = (cur - file.start()) as usize;
         file.write_at(pos, &entry.encode())?;
         self.max_logical.store(cur + UNIT, Ordering::Release);
-        Ok(Appended::Written { queue_offset: cur / UNIT })
+        Ok(Appended::Written { queue_offset: cur / UNIT, new_gap })
     }
 
     fn fill_pre_blank(&self, file: &MappedFile, until: u64) -> Result<()> {

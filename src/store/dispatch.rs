@@ -473,9 +473,25 @@ impl Dispatcher<'_> {
             };
             if let Some(cq) = cq {
                 match cq.append(h.physical_offset, h.total_size, tags_code, h.queue_offset) {
-                    Ok(consume_queue::Appended::Written { .. }) => {
+                    Ok(consume_queue::Appended::Written { queue_offset, new_gap }) => {
                         round.cq_entries += 1;
                         written = Some(Arc::clone(cq));
+                        if new_gap {
+                            // RocketMQ's rule (appended at the queue's end) keeps the queue dense, but this message
+                            // now sits at another queue offset than its record says: never silently.
+                            round.issues.push(DispatchIssue {
+                                offset: h.physical_offset as u64,
+                                reason: format!(
+                                    "the record carries queue offset {} but {}/{} is at {queue_offset}: written there, \
+                                     and the messages after it as many places early (a message of the queue before \
+                                     it is missing from the log, or the record's QUEUEOFFSET is damaged)",
+                                    h.queue_offset,
+                                    cq.topic(),
+                                    cq.queue_id()
+                                ),
+                                skipped: 0,
+                            });
+                        }
                     }
                     Ok(consume_queue::Appended::Duplicate) => {}
                     Err(Error::InvalidOffset { reason, .. }) => round.issues.push(DispatchIssue {
