@@ -244,18 +244,13 @@ impl CommitLog {
         self.any_skips.store(true, Ordering::Release);
     }
 
-    /// Where a walk at the record start `offset` goes on when a salvage skipped a range from there (one atomic
-    /// load when nothing was skipped): a record whose body CRC is wrong reads as a record to a walk that does
-    /// not check it, yet the salvage called it damage.
-    pub fn skip_record_at(&self, offset: u64) -> Option<u64> {
+    /// Where a walk at `offset` goes on, if a salvage open skipped a range from there (one atomic load when
+    /// nothing was skipped). Walks ask at invalid bytes, and at records too: a record whose body CRC is wrong
+    /// reads as a record to a walk that does not check it, yet the salvage called it damage.
+    pub fn skip_at(&self, offset: u64) -> Option<u64> {
         if !self.any_skips.load(Ordering::Acquire) {
             return None;
         }
-        self.skip_at(offset)
-    }
-
-    /// Where a walk that met invalid bytes at `offset` goes on, if a salvage open skipped a range there.
-    pub fn skip_at(&self, offset: u64) -> Option<u64> {
         self.skips.read().unwrap_or_else(|p| p.into_inner()).iter().find(|(a, _)| *a == offset).map(|&(_, b)| b)
     }
 
@@ -589,7 +584,7 @@ impl CommitLog {
             let at = cursor.offset();
             let (file, reason) = match cursor.next() {
                 None | Some(Step::Missing { .. }) => return Ok(None),
-                Some(Step::Record(r)) => match self.skip_record_at(at) {
+                Some(Step::Record(r)) => match self.skip_at(at) {
                     Some(to) => {
                         cursor.seek(to);
                         continue;

@@ -344,7 +344,7 @@ impl Dispatcher<'_> {
             let (file, reason) = match cursor.next() {
                 None => break,
                 Some(Step::Record(rec)) => {
-                    if let Some(to) = log.skip_record_at(at) {
+                    if let Some(to) = log.skip_at(at) {
                         cursor.seek(to);
                         continue;
                     }

@@ -9,7 +9,8 @@
 //!   loses its pages out of order) and any rolled after the checkpoint's indexMsgTimestamp. The files rolled
 //!   at or before it were flushed when they rolled and are not verified at open (RocketMQ keeps them too);
 //!   every file is verified the first time a query reads it, so opening never reads gigabytes of index. Every
-//!   open checks each file's header against its first and last entries (two reads a file), trusted or not.
+//!   open checks each file's header against its first and last entries and the entry after the last (three
+//!   reads a file), trusted or not.
 //! - **An entry that does not point at a message with a key of its hash**, found by the query that reads it
 //!   (and at open after a crash, for the newest file's entries from the checkpoint's restart point on).
 //! - **A missing file**: keyed messages between two files' ranges, or before the first file's, that no file
@@ -138,7 +139,7 @@ pub(super) fn each_record(
         let file = match cursor.next() {
             None => return Ok(()),
             Some(Step::Record(rec)) => {
-                if let Some(to) = log.skip_record_at(at) {
+                if let Some(to) = log.skip_at(at) {
                     cursor.seek(to);
                     continue;
                 }
@@ -167,9 +168,8 @@ pub(super) fn each_record(
 /// Takes the index back to the end of the commitlog when it holds entries past it: the log was cut in the
 /// middle (a truncating open drops every record after the damage) or lost pages the index kept. The files
 /// whose entries all lie past the end are removed, newest first, and the file spanning the end is rebuilt up
-/// to it and becomes the newest, where a file that is not full belongs (files roll when full). Without this,
-/// the files past a cut outlived it, and a later rebuild of the spanning file left a file that is not full
-/// before them, which every open rebuilt again. Reads nothing when no entry points past the end. Returns one
+/// to it and becomes the newest. Without this, the files past a cut outlived it (`rmq check`: stale entries),
+/// and queries and opens kept meeting entries past the end. Reads nothing when no entry points past the end. Returns one
 /// line per file removed or rebuilt; a rebuild that fails (a full disk) is reported and left to a query.
 pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<String>> {
     let end = log.max_offset();
@@ -189,16 +189,20 @@ pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<St
         .iter()
         .map(|p| format!("{}: every entry points past the end of the commitlog ({end}); removed", p.display()))
         .collect();
-    let files = index.files();
-    if let Some(at) = keep.checked_sub(1).filter(|&at| files.get(at).is_some_and(|f| f.end_phy_offset() >= end as i64))
-    {
-        let what = format!("{}: entries point past the end of the commitlog ({end})", files[at].path().display());
-        out.push(match rebuild(index, log, &files, at, true) {
-            Ok((from, to)) => format!("{what}; rebuilt from commitlog [{from}, {to}]"),
-            Err(e) => format!("{what}; could not be rebuilt: {e}"),
-        });
+    if keep > first {
+        let files = index.files();
+        let what = format!("{}: entries point past the end of the commitlog ({end})", files[first].path().display());
+        out.push(rebuilt_line(rebuild(index, log, &files, first, true), &what));
     }
     Ok(out)
+}
+
+/// The report of a rebuild of `what`: the commitlog range read, or why it failed.
+fn rebuilt_line(result: Result<(u64, u64)>, what: &str) -> String {
+    match result {
+        Ok((from, to)) => format!("{what}; rebuilt from commitlog [{from}, {to}]"),
+        Err(e) => format!("{what}; could not be rebuilt: {e}"),
+    }
 }
 
 /// Rebuilds the range of file `at` of `files` (replacing it) or, with `target` false, the missing range
@@ -330,16 +334,9 @@ pub(super) fn check_at_open(
             // may be 1 ms apart): the file after the gap is rebuilt over the gap and its own range instead.
             result = rebuild(index, log, files, at, true);
         }
-        match result {
-            Ok((from, to)) => {
-                rebuilt.push(format!("{what}; rebuilt from commitlog [{from}, {to}]"));
-                true
-            }
-            Err(e) => {
-                rebuilt.push(format!("{what}; could not be rebuilt: {e}"));
-                false
-            }
-        }
+        let ok = result.is_ok();
+        rebuilt.push(rebuilt_line(result, &what));
+        ok
     };
     let trusted = |files: &[Arc<IndexFile>], at: usize| {
         trusted_to.is_some_and(|ts| {
@@ -379,7 +376,7 @@ pub(super) fn check_at_open(
             }
         }
     }
-    // Each file's header against its entries, oldest first, trusted files too (two entry reads a file): the
+    // Each file's header against its entries, oldest first, trusted files too (three entry reads a file): the
     // ranges below are read off the headers, and a damaged header found only by a later open would make that
     // open repair what this one let stand.
     let mut at = 0;
