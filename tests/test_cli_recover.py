@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,41 @@ def test_recover_after_a_kill_discards_the_torn_append(tmp_path: Path) -> None:
     assert not (root / "abort").exists()
     with rmq.MessageStore(root, read_only=True) as s:  # the sizes read off the files
         assert s.get_max_offset_in_queue("T", 0) == 20 and not s.unclean_shutdown
+
+
+def test_recover_repairs_and_runs_nothing(tmp_path: Path) -> None:
+    """`rmq recover` opens the store to repair it, not to run it. On main it started the store's services, so a
+    delayed message that had come due was delivered into the store under repair: a new record at the end of
+    the log (the interop test of a cut store saw it as one message after the cut, when the machine was slow
+    enough for the schedule service to get a round in before the close). Here the recover is slowed down."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, small_config(), start_services=False) as s:
+        s.put("T", b"later", properties={"DELAY": "1"})  # level 1: due one second after its store time
+        s.wait_dispatched(10)
+        end = s.max_offset
+    time.sleep(1.2)
+    slow = (
+        "import sys, time, rmq\n"
+        "from rmq.cli import main\n"
+        "wait = rmq.MessageStore.wait_dispatched\n"
+        "def slow(self, *a):\n"
+        "    time.sleep(1.5)\n"
+        "    return wait(self, *a)\n"
+        "rmq.MessageStore.wait_dispatched = slow\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", slow, "recover", str(root)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0 and "nothing to repair" in p.stdout, p.stderr
+    with rmq.MessageStore(root, read_only=True) as s:
+        assert s.max_offset == end and "T" not in s.topics()
+    with rmq.MessageStore(root, small_config()) as s:  # a store opened to run delivers it
+        assert s.wait_dispatched(10)
+        deadline = time.monotonic() + 30
+        while s.get_max_offset_in_queue("T", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.get_max_offset_in_queue("T", 0) == 1 and s.max_offset > end
 
 
 def test_export_skip_damage_copies_what_it_reads_and_lists_what_it_left_out(

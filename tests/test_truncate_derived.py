@@ -178,6 +178,30 @@ def test_a_truncating_open_stopped_at_any_step_converges_on_the_next(tmp_path: P
     pytest.fail("the open still met the fault after 200 operations")
 
 
+def test_a_cut_whose_index_file_cannot_be_rebuilt_fails_the_open_and_the_next_finishes_it(tmp_path: Path) -> None:
+    """The truncating open removes the index files past the cut, then cannot rebuild the one spanning it (the
+    disk is full). On main it succeeded all the same, with a line in its report: the file kept its entries past
+    the cut and took the next puts' entries after them, and once the log had grown past the cut no open looked
+    at them again (`rmq check`: stale entries, for ever; found by the CI as a timing-dependent failure of the
+    test above, when the spanning file ended exactly at the damaged record). Now the open fails with the
+    disk-full error and the next one finishes the cut."""
+    cfg = small_config(max_hash_slot_num=16, max_index_num=32)
+    root = tmp_path / "s"
+    offsets = build(root, cfg)
+    victim = offsets[30]
+    flip_magic(root, victim)
+    with injected_fault("allocate", times=None, errno=ENOSPC, path=root / "index"):
+        with pytest.raises(rmq.DiskFullError):
+            rmq.MessageStore(root, cfg, recovery="truncate")
+    with rmq.MessageStore(root, cfg, recovery="truncate") as s:
+        assert any("rebuilt from commitlog" in r for r in s.recovery_report["rebuilt_index_files"])
+    assert_cut_cleanly(root, cfg, offsets, victim)
+    with rmq.MessageStore(root, cfg) as s:
+        for i in range(5):
+            s.put("T", b"new", keys=f"n{i}")
+    assert problems(root, cfg) == []
+
+
 def test_a_cut_walks_the_segments_the_next_open_validates(tmp_path: Path) -> None:
     """Damage in a segment older than the newest three (which a clean open validates) and in one of those: the
     truncating open cuts at the newer damage, which makes the older one's segment one of the newest three for

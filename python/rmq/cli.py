@@ -271,7 +271,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     store = existing_store(args.store)
-    with rmq.MessageStore(store, store_config(args), recovery=args.mode) as s:
+    # No services: a repair runs nothing of the store's own (a delayed message come due would be delivered, a
+    # new record after the cut); dispatch happens in `wait_dispatched`, the flush in `close`.
+    with rmq.MessageStore(store, store_config(args), recovery=args.mode, start_services=False) as s:
         report = s.open_report
         recovery = s.recovery_report
         s.wait_dispatched(3600)

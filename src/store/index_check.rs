@@ -170,7 +170,10 @@ pub(super) fn each_record(
 /// whose entries all lie past the end are removed, newest first, and the file spanning the end is rebuilt up
 /// to it and becomes the newest. Without this, the files past a cut outlived it (`rmq check`: stale entries),
 /// and queries and opens kept meeting entries past the end. Reads nothing when no entry points past the end. Returns one
-/// line per file removed or rebuilt; a rebuild that fails (a full disk) is reported and left to a query.
+/// line per file removed or rebuilt. A rebuild that fails (a full disk) fails the open, unlike the repairs of
+/// [`check_at_open`]: the spanning file is the newest, so new entries would go in after the ones past the end,
+/// and once the log grew past them no open would see them again (they would name whatever record came to lie
+/// there). The files already removed stay removed; the next open finds the spanning file and rebuilds it.
 pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<String>> {
     let end = log.max_offset();
     if index.last_indexed_offset().is_none_or(|o| o < end as i64) {
@@ -192,7 +195,8 @@ pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<St
     if keep > first {
         let files = index.files();
         let what = format!("{}: entries point past the end of the commitlog ({end})", files[first].path().display());
-        out.push(rebuilt_line(rebuild(index, log, &files, first, true), &what));
+        let range = rebuild(index, log, &files, first, true)?;
+        out.push(rebuilt_line(Ok(range), &what));
     }
     Ok(out)
 }
