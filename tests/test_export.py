@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +292,12 @@ def test_a_damaged_body_is_flagged_by_export_and_never_replayed(src: Path, tmp_p
         p = cli(*args)
         assert p.returncode == 1, p.stderr
         assert f"the first at commitlog offset {off}) and {what}" in p.stderr
-    assert json.loads(p.stdout) == {"replayed": N - 1, "dst": str(tmp_path / "dst2"), "damaged_bodies": [off]}
+    assert json.loads(p.stdout) == {
+        "replayed": N - 1,
+        "dst": str(tmp_path / "dst2"),
+        "damaged_bodies": [off],
+        "left_out": {},
+    }
     with rmq.MessageStore(tmp_path / "dst2", CONFIG, read_only=True) as dst2:
         assert all(m.body != victim["body"] for m in dst2.scan())
 
@@ -384,3 +390,89 @@ def test_resume_refuses_a_destination_this_replay_did_not_fill(src: Path, tmp_pa
     with rmq.MessageStore(dst, CONFIG) as s, pytest.raises(rmq.InvalidArgumentError, match="cannot resume"):
         replay(src, s, Selection(topics=["ExA"]), resume=True)
     assert [m[:3] for m in _replayed(dst)] == [("Other", 0, b"not from the source")]  # nothing appended
+
+
+@pytest.fixture(scope="module")
+def broker_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store as a broker leaves it: a plain message, a delayed one delivered (level 1), one still waiting
+    (level 18, two hours), a transaction committed (half, op, message) and one left open (a half only)."""
+    from rmq.transaction import LocalTransactionState, TransactionProducer
+
+    root = tmp_path_factory.mktemp("broker") / "src"
+    with rmq.MessageStore(root, CONFIG) as s:  # services on: the schedule service delivers level 1
+        s.put("T", b"plain", keys="k-plain")
+        s.put("T", b"soon", properties={"DELAY": "1", "biz": "x"}, keys="k-soon")
+        s.put("T", b"later", queue_id=1, properties={"DELAY": "18"}, keys="k-later")
+        p = TransactionProducer(s, "G")
+        p.end_transaction(p.send_half("T", b"tx-commit"), LocalTransactionState.COMMIT_MESSAGE)
+        p.send_half("T", b"tx-open")
+        deadline = time.monotonic() + 30
+        while s.get_max_offset_in_queue("T", 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.wait_dispatched(10)
+        assert [m.body for m in s.scan() if m.topic == "T"] == [b"plain", b"tx-commit", b"soon"]
+    return root
+
+
+def test_replay_of_a_broker_store_keeps_delays_and_leaves_bookkeeping_out(broker_src: Path, tmp_path: Path) -> None:
+    """On main `rmq replay` of such a store stopped at the first delayed message with "SCHEDULE_TOPIC_XXXX: this
+    system topic does not accept messages from producers" (exit 2, the messages before it appended); a
+    delivered copy would have been delayed a second time (its DELAY property put again), and a committed
+    transaction's message stored as a half message (its TRAN_MSG property put again). Now: every message a
+    consumer sees is replayed once, not delayed again; the waiting one is delayed again in the destination for
+    its real topic and queue; the schedule's delivered record and the transaction bookkeeping are left out and
+    counted."""
+    dst = tmp_path / "dst"
+    p = rmq_cli("replay", broker_src, dst, "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["replayed"] == 4
+    assert out["left_out"] == {
+        "SCHEDULE_TOPIC_XXXX": 1,
+        "RMQ_SYS_TRANS_HALF_TOPIC": 2,
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC": 1,
+    }
+    with rmq.MessageStore(dst, CONFIG, start_services=False) as d:
+        got = [(m.topic, m.queue_id, m.body, m.properties.get("DELAY"), m.properties.get("TRAN_MSG")) for m in d.scan()]
+        assert got == [
+            ("T", 0, b"plain", None, None),
+            ("SCHEDULE_TOPIC_XXXX", 17, b"later", "18", None),
+            ("T", 0, b"tx-commit", None, None),
+            ("T", 0, b"soon", None, None),
+        ]
+        assert [m.properties.get("REAL_QID") for m in d.scan()] == [None, "1", "0", "0"]
+        assert d.get_max_offset_in_queue("T", 0) == 3
+        assert [m.body for m in d.query_message("SCHEDULE_TOPIC_XXXX", "k-later").messages] == [b"later"]
+    plain = rmq_cli("replay", broker_src, tmp_path / "dst2")
+    assert plain.returncode == 0 and "left out 1 records of SCHEDULE_TOPIC_XXXX" in plain.stderr, plain.stderr
+    # Resumed after each message, the destination ends the same, with --to-topic too.
+    for to_topic in (None, "U"):
+        extra = [] if to_topic is None else ["--to-topic", to_topic]
+        whole = tmp_path / f"whole-{to_topic}"
+        assert rmq_cli("replay", broker_src, whole, *extra).returncode == 0
+        with rmq.MessageStore(whole, CONFIG, start_services=False) as w:
+            expected = [(m.topic, m.queue_id, m.body, m.properties.get("REAL_TOPIC")) for m in w.scan()]
+        for k in range(1, 5) if to_topic is None else (2,):
+            part = tmp_path / f"part-{to_topic}-{k}"
+            with rmq.MessageStore(part, CONFIG, start_services=False) as d:
+                for m in list(rmq.MessageStore(whole, CONFIG, read_only=True).scan())[:k]:
+                    props = dict(m.properties)
+                    for broker_prop in ("UNIQ_KEY", "TAGS", "KEYS", "WAIT", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET"):
+                        props.pop(broker_prop, None)
+                    if m.topic == "SCHEDULE_TOPIC_XXXX":
+                        topic, queue_id = props.pop("REAL_TOPIC"), int(props.pop("REAL_QID"))
+                    else:
+                        topic, queue_id = m.topic, m.queue_id
+                    d.put(
+                        topic,
+                        m.body,
+                        queue_id=queue_id,
+                        keys=" ".join(m.keys) or None,
+                        properties=props | {"UNIQ_KEY": m.uniq_key},
+                        born_host=m.born_host,
+                        born_timestamp=m.born_timestamp,
+                    )
+            r = rmq_cli("replay", broker_src, part, "--resume", *extra)
+            assert r.returncode == 0, r.stderr
+            with rmq.MessageStore(part, CONFIG, start_services=False) as d:
+                assert [(m.topic, m.queue_id, m.body, m.properties.get("REAL_TOPIC")) for m in d.scan()] == expected, k

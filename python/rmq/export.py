@@ -293,12 +293,23 @@ def replay(
     damaged: list[int] | None = None,
     progress: Progress | None = None,
     resume: bool = False,
+    left_out: dict[str, int] | None = None,
 ) -> int:
     """Appends the selected messages of the store `src` to `dst` (an open, writable store), in commitlog order:
     same body, queue id, tags, keys, flag, born host and time, reconsume times and user properties (UNIQ_KEY
     included, so message ids stay); the destination gives them new offsets and store times. `to_topic` sends
     them to another topic (a DLQ back to its topic). Returns the number appended. `dst` may not be `src`, nor
     lie inside it or hold it (`InvalidArgumentError`, nothing appended).
+
+    What a broker's store holds besides messages is not appended as if it were one. PREPARED and ROLLBACK
+    records are skipped. A delayed message waiting in `SCHEDULE_TOPIC_XXXX` (at or after its level's offset in
+    the source's `config/delayOffset.json`) is appended as a delayed message again, for its real topic and
+    queue (or `to_topic`), at its level: the destination delivers it once the level's delay has passed after
+    the replay; one already delivered is not (its delivered copy, in its topic, is the message). A delivered
+    copy keeps its properties but `DELAY`, so the destination does not delay it a second time, and a committed
+    transaction's message its properties but `TRAN_MSG`, so it is not stored as a half message again. Records
+    of the other topics producers may not send to (the transaction half and op topics, ...) are left out, with
+    `to_topic` too (export reads them). What was left out goes to `left_out` (topic: count) when given.
 
     A message whose body fails its CRC is never appended: the destination would store the damaged body under a
     new, matching CRC, and the damage would be gone from sight. Every other message is appended; then the
@@ -310,27 +321,35 @@ def replay(
     host and time, and UNIQ_KEY when the source message has one) are not appended again; with an empty
     destination everything is. When no selected message is the destination's newest, nothing is appended and
     `InvalidArgumentError` says so (the destination was not filled by this replay, or with other filters). A
-    message the source holds twice (a producer's retry) may be appended once more."""
+    message the source holds twice (a producer's retry) may be appended once more. The destination should run
+    no services while it is filled (`start_services=False`, as `rmq replay` opens it): a delayed message its
+    schedule service delivered would be its newest message, and no source message is that."""
     refuse_overlap(src, (dst.path,), "the destination store")
     count = 0
     bad: list[int] = []
+    delivered = dict(_native.load_delay_offsets(src))
     waiting = _newest_message(dst) if resume else None
     for batch in batches(src, sel, skipped=skipped, progress=progress):
         for row in batch.to_pylist():
             if row["transaction_type"] in ("PREPARED", "ROLLBACK"):
                 continue  # not messages a consumer sees
+            put = _replayed(row, to_topic, delivered)
+            if put is None:
+                if left_out is not None:
+                    left_out[row["topic"]] = left_out.get(row["topic"], 0) + 1
+                continue
             if waiting is not None:
-                if _replayed_as(row, to_topic, waiting):
+                if _replayed_as(row, put, waiting):
                     waiting = None
                 continue
             if not row["body_crc_ok"]:
                 bad.append(row["commitlog_offset"])
                 continue
-            props = {k: v for k, v in row["properties"] if k not in BROKER_PROPERTIES}
+            topic, queue_id, props = put
             dst.put(
-                to_topic if to_topic is not None else row["topic"],
+                topic,
                 row["body"],
-                queue_id=row["queue_id"],
+                queue_id=queue_id,
                 tags=row["tags"],
                 keys=" ".join(row["keys"]) if row["keys"] else None,
                 properties=props,
@@ -353,6 +372,41 @@ def replay(
     return count
 
 
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+def _producers_send_to(topic: str) -> bool:
+    try:
+        _native.check_producer_topic(topic)
+    except rmq.InvalidTopicError:
+        return False
+    return True
+
+
+def _replayed(
+    row: dict[str, Any], to_topic: str | None, delivered: dict[int, int]
+) -> tuple[str, int, dict[str, str]] | None:
+    """The (topic, queue id, properties) `put` takes to replay the source row `row`, or None for a record that
+    is not replayed (see `replay`)."""
+    props = {k: v for k, v in row["properties"] if k not in BROKER_PROPERTIES}
+    if row["topic"] == SCHEDULE_TOPIC:
+        level = row["queue_id"] + 1
+        if row["queue_offset"] < delivered.get(level, 0):
+            return None  # delivered: the copy in its topic is the message
+        real_topic, real_qid = props.pop("REAL_TOPIC", None), props.pop("REAL_QID", None)
+        if real_topic is None or real_qid is None or not real_qid.lstrip("-").isdigit():
+            return None  # the schedule service could never deliver it either
+        props["DELAY"] = str(level)
+        return (to_topic if to_topic is not None else real_topic), int(real_qid), props
+    if not _producers_send_to(row["topic"]):
+        return None
+    # What made the source's broker route it, which it then carried on: a record in a topic with DELAY is a
+    # delivered copy, not to be delayed again; one with TRAN_MSG a committed transaction's message, not a half.
+    props.pop("DELAY", None)
+    props.pop("TRAN_MSG", None)
+    return (to_topic if to_topic is not None else row["topic"]), row["queue_id"], props
+
+
 def _newest_message(store: rmq.MessageStore) -> rmq.MessageExt | None:
     """The message at the end of `store`'s log (read from the start of the newest segment holding one)."""
     starts = sorted(int(Path(p).name) for p in store.commitlog_files())
@@ -365,11 +419,18 @@ def _newest_message(store: rmq.MessageStore) -> rmq.MessageExt | None:
     return None
 
 
-def _replayed_as(row: dict[str, Any], to_topic: str | None, m: rmq.MessageExt) -> bool:
-    """Whether `m` is what replaying the source row `row` appends (compared on what a replay copies)."""
+def _replayed_as(row: dict[str, Any], put: tuple[str, int, dict[str, str]], m: rmq.MessageExt) -> bool:
+    """Whether `m` is what replaying the source row `row` as `put` appends (compared on what a replay copies). A
+    delayed message is stored in the destination's `SCHEDULE_TOPIC_XXXX`, its topic and queue as REAL_TOPIC and
+    REAL_QID."""
+    topic, queue_id, props = put
+    where: tuple[str | int | None, ...] = (topic, queue_id)
+    placed: tuple[str | int | None, ...] = (m.topic, m.queue_id)
+    if "DELAY" in props:
+        where = (SCHEDULE_TOPIC, int(props["DELAY"]) - 1, topic, str(queue_id))
+        placed = (m.topic, m.queue_id, m.properties.get("REAL_TOPIC"), m.properties.get("REAL_QID"))
     return (
-        (to_topic if to_topic is not None else row["topic"]) == m.topic
-        and row["queue_id"] == m.queue_id
+        where == placed
         and row["born_host"] == m.born_host
         and _ms(row["born_timestamp"]) == m.born_timestamp
         and (row["uniq_key"] is None or row["uniq_key"] == m.uniq_key)

@@ -263,7 +263,16 @@ fn decode_delay_offsets(
     Ok((table, (v.counter, v.state_version, v.timestamp), issues))
 }
 
+/// The schedule service's progress in the store at `root` as it would load it (`config/delayOffset.json`, or
+/// its `.bak` when the file is missing, empty or does not decode): (level, next queue offset to deliver in
+/// `SCHEDULE_TOPIC_XXXX` queue level − 1), in file order; empty when neither file exists. Reads only.
+#[pyfunction]
+fn load_delay_offsets(py: Python<'_>, #[pyo3(from_py_with = args::path)] root: PathBuf) -> PyResult<Vec<(i32, i64)>> {
+    py.detach(|| offsets::delay::load(&root.join(offsets::delay::FILE))).map(|t| t.in_order()).map_err(to_py)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(load_delay_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(encode_delay_offsets, m)?)?;
     m.add_function(wrap_pyfunction!(decode_delay_offsets, m)?)?;
     m.add_class::<BrokerOffsetTable>()?;
