@@ -430,6 +430,12 @@ def _offsets_codec(e: Env, d: Draw) -> object:
     return decode_offsets(d(st.one_of(st.just(text), HOSTILE)))
 
 
+def _load_delay_offsets(e: Env, d: Draw) -> object:
+    return _native.load_delay_offsets(
+        d(arg(st.sampled_from([str(e.root / "store"), e.root / "store", "/nonexistent"])))
+    )
+
+
 def _open_read_only(e: Env, d: Draw) -> object:
     """A read-only open of the open store (it takes no lock), with hostile arguments."""
     kw = kwargs_of(d, read_only=st.booleans(), start_services=st.booleans(), start_reput=st.booleans())
@@ -535,6 +541,7 @@ CALLS: dict[str, Call] = {
     "ConsumerOffsetManager": _new_manager,
     "reset_offset_by_time": _reset_by_time,
     "offsets codec": _offsets_codec,
+    "load_delay_offsets": _load_delay_offsets,
     "PullConsumer": _new_pull_consumer,
     "pull": _consumer_call("pull", MQ, OFFSET, st.integers(1, 8), st.sampled_from(["*", None])),
     "pull_block_if_not_found": _pull_block,
