@@ -208,6 +208,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if missing is not None and missing != "pyspark":
         raise CommandError(f"export and replay need pyarrow ({missing} is not installed): pip install 'rmq[spark]'")
     from rmq.export import Selection, damaged_bodies, export, replay
+    from rmq.store import SCHEDULE_TOPIC
 
     store = existing_store(args.store)
     sel = Selection(
@@ -267,7 +268,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"{args.command}ed {n} messages", file=sys.stderr)
         for topic, count in sorted(result.get("left_out", {}).items()):  # type: ignore[attr-defined]
             why = "delayed messages already delivered (their copies in their topics were replayed) or undeliverable"
-            if topic != "SCHEDULE_TOPIC_XXXX":
+            if topic != SCHEDULE_TOPIC:
                 why = "a system topic's records, the source broker's bookkeeping (rmq export reads them)"
             print(f"left out {count} records of {topic}: {why}", file=sys.stderr)
     for offset, length, reason in skipped or ():

@@ -16,10 +16,9 @@ import rmq
 from rmq._progress import Progress
 from rmq.offsets import ConsumerOffsetManager
 from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer, retry_topic
+from rmq.store import SCHEDULE_TOPIC
 
 DEMO_TOPICS = ("OrderCreated", "PaymentSettled", "InventoryReserved")
-#: Where delayed messages wait (RocketMQ's `TopicValidator.RMQ_SYS_SCHEDULE_TOPIC`).
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: A retry topic long enough (200 chars) to need a v2 record.
 DEMO_LONG_TOPIC = "%RETRY%" + "ConsumerGroup-" + "x" * (200 - len("%RETRY%ConsumerGroup-"))
 DEMO_GROUP = "demo-order-consumers"

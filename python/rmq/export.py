@@ -15,6 +15,7 @@ import base64
 import dataclasses
 import datetime as dt
 import errno
+import functools
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from rmq import _args, _native
 from rmq._paths import refuse_overlap
 from rmq._progress import Progress
 from rmq.arrow import arrow_schema, read_split
+from rmq.store import SCHEDULE_TOPIC
 
 FORMATS = ("jsonl", "parquet", "csv")
 
@@ -372,9 +374,7 @@ def replay(
     return count
 
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-
-
+@functools.cache
 def _producers_send_to(topic: str) -> bool:
     try:
         _native.check_producer_topic(topic)
@@ -394,7 +394,7 @@ def _replayed(
         if row["queue_offset"] < delivered.get(level, 0):
             return None  # delivered: the copy in its topic is the message
         real_topic, real_qid = props.pop("REAL_TOPIC", None), props.pop("REAL_QID", None)
-        if real_topic is None or real_qid is None or not real_qid.lstrip("-").isdigit():
+        if real_topic is None or real_qid is None or not (real_qid.isascii() and real_qid.lstrip("-").isdigit()):
             return None  # the schedule service could never deliver it either
         props["DELAY"] = str(level)
         return (to_topic if to_topic is not None else real_topic), int(real_qid), props

@@ -14,6 +14,9 @@ from rmq._native import ArgumentTypeError
 if TYPE_CHECKING:
     from rmq.topics import TopicConfig, TopicConfigManager
 
+#: Where delayed messages wait (RocketMQ's `TopicValidator.RMQ_SYS_SCHEDULE_TOPIC`), queue level - 1.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
 BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
 

@@ -169,11 +169,11 @@ pub(super) fn each_record(
 /// middle (a truncating open drops every record after the damage) or lost pages the index kept. The files
 /// whose entries all lie past the end are removed, newest first, and the file spanning the end is rebuilt up
 /// to it and becomes the newest. Without this, the files past a cut outlived it (`rmq check`: stale entries),
-/// and queries and opens kept meeting entries past the end. Reads nothing when no entry points past the end. Returns one
-/// line per file removed or rebuilt. A rebuild that fails (a full disk) fails the open, unlike the repairs of
-/// [`check_at_open`]: the spanning file is the newest, so new entries would go in after the ones past the end,
-/// and once the log grew past them no open would see them again (they would name whatever record came to lie
-/// there). The files already removed stay removed; the next open finds the spanning file and rebuilds it.
+/// and queries and opens kept meeting entries past the end. Reads nothing when no entry points past the end.
+/// Returns one line per file removed or rebuilt. A rebuild that fails (a full disk) fails the open, unlike the
+/// repairs of [`check_at_open`]: the spanning file is the newest, so new entries would go in after the ones
+/// past the end, and once the log grew past them no open would see them again (they would name whatever
+/// record came to lie there). The files already removed stay removed; the next open rebuilds the spanning file.
 pub(super) fn cut_at_end(index: &IndexService, log: &CommitLog) -> Result<Vec<String>> {
     let end = log.max_offset();
     if index.last_indexed_offset().is_none_or(|o| o < end as i64) {

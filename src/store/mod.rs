@@ -141,6 +141,14 @@ pub struct RecoveryReport {
     pub index_files_trusted: u64,
 }
 
+impl RecoveryReport {
+    /// Records that `cq` was cut and rebuilt from the commitlog, and why.
+    pub(crate) fn rebuilt_queue(&mut self, cq: &ConsumeQueue, why: String) {
+        self.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
+        self.rebuilt_reasons.push(why);
+    }
+}
+
 #[derive(Debug, Default)]
 struct IssueLog {
     total: u64,

@@ -199,17 +199,18 @@ impl MessageStore {
             // the log holds.
             let Some((q, inside)) = cq.truncate_dirty(end as i64)? else { continue };
             if inside || whole_log {
-                let frontier = u64::try_from(cq.max_physic_offset()).unwrap_or(min).clamp(min, end);
-                repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
-                recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
-                recovery.rebuilt_reasons.push(if inside {
-                    format!(
-                        "entry {q} points past the end of the commitlog while entries after it point inside it: cut \
-                         there and rebuilt"
-                    )
-                } else {
-                    format!("entry {q} points past the end of a cleanly closed commitlog: cut there and rebuilt")
-                });
+                lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
+                recovery.rebuilt_queue(
+                    &cq,
+                    if inside {
+                        format!(
+                            "entry {q} points past the end of the commitlog while entries after it point inside it: \
+                             cut there and rebuilt"
+                        )
+                    } else {
+                        format!("entry {q} points past the end of a cleanly closed commitlog: cut there and rebuilt")
+                    },
+                );
             }
         }
         let restart =
@@ -234,16 +235,21 @@ impl MessageStore {
             if hole || torn || bad.is_some() {
                 let from_q = bad.unwrap_or(cq.max_offset()).min(cq.max_offset());
                 cq.truncate_to(from_q)?;
-                let frontier = u64::try_from(cq.max_physic_offset()).unwrap_or(min).clamp(min, end);
-                repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
-                recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
-                recovery.rebuilt_reasons.push(match bad {
-                    Some(q) => format!("entry {q} is damaged or does not point at its record; cut there and rebuilt"),
-                    None if hole => format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt"),
-                    None => format!(
-                        "entry {from_q} is damaged (not a valid entry, after a clean close); cut there and rebuilt"
-                    ),
-                });
+                lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
+                recovery.rebuilt_queue(
+                    &cq,
+                    match bad {
+                        Some(q) => {
+                            format!("entry {q} is damaged or does not point at its record; cut there and rebuilt")
+                        }
+                        None if hole => {
+                            format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt")
+                        }
+                        None => format!(
+                            "entry {from_q} is damaged (not a valid entry, after a clean close); cut there and rebuilt"
+                        ),
+                    },
+                );
             }
             let m = cq.max_physic_offset();
             if m >= 0 {
@@ -252,21 +258,22 @@ impl MessageStore {
                 // truncated to nothing): dispatch from its last entry on, so any later record of it comes back.
                 let max = cq.max_offset();
                 if !hole && !torn && bad.is_none() && max > 0 && max.is_multiple_of(cq.entries_per_file()) {
-                    let frontier = (m.max(0) as u64).clamp(min, end);
-                    repaired_frontier = Some(repaired_frontier.map_or(frontier, |f| f.min(frontier)));
+                    lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
                     at_boundary.push((cq.clone(), max));
                 }
             }
         }
         for (cq, q0, found) in missing_heads(&queues, &commitlog)? {
             cq.truncate_to(0)?;
-            repaired_frontier = Some(min);
-            recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
-            recovery.rebuilt_reasons.push(format!(
-                "the consume-queue files before queue offset {q0} are missing while the commitlog still holds the \
-                 message at queue offset {} (commitlog offset {}); rebuilt",
-                found.1, found.0
-            ));
+            lower(&mut repaired_frontier, min);
+            recovery.rebuilt_queue(
+                &cq,
+                format!(
+                    "the consume-queue files before queue offset {q0} are missing while the commitlog still holds \
+                     the message at queue offset {} (commitlog offset {}); rebuilt",
+                    found.1, found.0
+                ),
+            );
         }
         let mut from = cq_frontier.map_or(min, |f| (f.max(0) as u64).clamp(min, end));
         if let Some(index) = &index {
@@ -361,10 +368,13 @@ impl MessageStore {
         }
         for (cq, before) in at_boundary {
             if cq.max_offset() > before {
-                store.recovery.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
-                store.recovery.rebuilt_reasons.push(format!(
-                    "entries after queue offset {before} were missing (the newest consume-queue file was lost); rebuilt"
-                ));
+                store.recovery.rebuilt_queue(
+                    &cq,
+                    format!(
+                        "entries after queue offset {before} were missing (the newest consume-queue file was lost); \
+                         rebuilt"
+                    ),
+                );
             }
         }
         // What open found is taken as flushed (the flushed offset starts at the end too).
@@ -505,4 +515,15 @@ fn attach_pool(commitlog: &mut CommitLog, config: &StoreConfig) -> Result<Option
     };
     commitlog.attach_pool(pool);
     Ok(Some(status))
+}
+
+/// Lowers the dispatch restart point `frontier` to `to` (sets it when there is none).
+fn lower(frontier: &mut Option<u64>, to: u64) {
+    *frontier = Some(frontier.map_or(to, |f| f.min(to)));
+}
+
+/// Where the records after `cq`'s last entry begin (the end of that entry's record), within `[min, end]`: a
+/// rebuilt queue is dispatched again from there.
+fn last_entry_end(cq: &ConsumeQueue, min: u64, end: u64) -> u64 {
+    u64::try_from(cq.max_physic_offset()).unwrap_or(min).clamp(min, end)
 }
