@@ -308,6 +308,31 @@ impl FileQueue {
         files.push(file.clone());
         Ok(file)
     }
+
+    /// Creates and maps the segment starting at `start` without adding it to the queue (for
+    /// [`FileQueue::adopt`] later).
+    pub fn create_detached(&self, start: u64) -> Result<Arc<MappedFile>> {
+        if !start.is_multiple_of(self.file_size) {
+            return Err(Error::InvalidOffset { offset: start as i64, reason: "not a segment start".into() });
+        }
+        let path = self.dir.join(file_name(start));
+        Ok(Arc::new(MappedFile::create_in(self.storage, &path, start, self.file_size)?))
+    }
+
+    /// Appends `file`, a segment made before it was needed (the commitlog's next segment, made ahead by its
+    /// `warm` service), which must follow the last one.
+    pub fn adopt(&self, file: Arc<MappedFile>) -> Result<()> {
+        let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let expected = files.last().map(|f| f.end());
+        if expected.is_some_and(|e| e != file.start()) || file.size() != self.file_size {
+            return Err(Error::InvalidOffset {
+                offset: file.start() as i64,
+                reason: "segment would not follow the last one".into(),
+            });
+        }
+        files.push(file);
+        Ok(())
+    }
 }
 
 /// The segment a sequential writer or reader is in, kept from one lookup to the next: a lookup inside it costs
@@ -366,5 +391,26 @@ mod tests {
         assert_eq!(parse_file_name("abc"), None);
         assert_eq!(parse_file_name("-1"), None);
         assert_eq!(parse_file_name(""), None);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_segment_made_detached_joins_only_where_it_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = FileQueue::load(dir.path(), 4096).unwrap();
+        q.create(0).unwrap();
+        let far = q.create_detached(8192).unwrap();
+        assert!(q.adopt(far.clone()).is_err(), "a gap");
+        far.delete_on_drop();
+        drop(far);
+        assert!(q.create_detached(100).is_err(), "not a segment start");
+        let next = q.create_detached(4096).unwrap();
+        assert_eq!(q.files().len(), 1, "not in the queue until adopted");
+        q.adopt(next).unwrap();
+        assert_eq!(q.files().iter().map(|f| f.start()).collect::<Vec<_>>(), [0, 4096]);
+        let mut names: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, [file_name(0), file_name(4096)]);
     }
 }

@@ -206,6 +206,60 @@ fn the_warm_service_warms_a_new_segment_before_the_puts_reach_its_pages() {
     store.close().unwrap();
 }
 
+#[test]
+fn the_warm_service_makes_the_next_segment_before_the_writer_rolls_into_it() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    let size = 8 * 1024 * 1024;
+    cfg.commit_log.mapped_file_size_commit_log = size;
+    let store = Arc::new(MessageStore::open(dir.path(), cfg.clone()).unwrap());
+    store.start_services().unwrap();
+    let body = vec![b'n'; 60 * 1024];
+    let put = || store.put(&PutMessage::new("Ahead", 0, &body)).unwrap();
+    put();
+    let segments = || {
+        let mut names: Vec<_> = std::fs::read_dir(dir.path().join("commitlog"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    // The warm distance (32 MiB) reaches past the first segment: the next one is made, only that one.
+    eventually("the warmer is idle", || !store.commitlog().warm_wanted());
+    assert_eq!(segments(), [rmq::file_queue::file_name(0), rmq::file_queue::file_name(size)]);
+    let next = std::fs::read(dir.path().join("commitlog").join(rmq::file_queue::file_name(size))).unwrap();
+    assert_eq!(next.len() as u64, size);
+    assert!(next.iter().all(|&b| b == 0), "the segment made ahead holds nothing");
+    while store.commitlog().max_offset() + 2 * body.len() as u64 + 1024 < size {
+        put();
+    }
+    eventually("the warmer is idle", || !store.commitlog().warm_wanted());
+    // The roll and 2 MiB into the new segment, from this thread: no file made under the put lock, its pages
+    // faulted in by the warm service.
+    let before = thread_faults();
+    for _ in 0..40 {
+        put();
+    }
+    let faults = thread_faults() - before;
+    assert!(store.commitlog().max_offset() > size + 2 * 1024 * 1024, "the puts rolled into the next segment");
+    assert!(faults < 8, "the puts across the roll took {faults} page faults themselves");
+    eventually("the warmer is idle", || !store.commitlog().warm_wanted());
+    assert_eq!(segments().len(), 3, "the segment after the new one was made ahead");
+    // A close removes the segment that holds nothing; the store reopens with every message and nothing cut.
+    assert!(store.wait_dispatched(Duration::from_secs(30)));
+    let count = store.max_offset_in_queue("Ahead", 0, true);
+    store.close().unwrap();
+    drop(store);
+    assert_eq!(segments(), [rmq::file_queue::file_name(0), rmq::file_queue::file_name(size)]);
+    let again = MessageStore::open(dir.path(), cfg).unwrap();
+    assert!(!again.unclean_shutdown());
+    assert_eq!(again.open_report().removed_files, 0);
+    assert_eq!(again.max_offset_in_queue("Ahead", 0, true), count);
+    again.close().unwrap();
+}
+
 /// A config whose flush services run every few ms (thorough rounds only when a test says).
 fn fast_flush(root_cfg: rmq::config::StoreConfig) -> rmq::config::StoreConfig {
     let mut c = root_cfg;

@@ -105,6 +105,9 @@ pub struct FlushPages {
 pub struct CommitLog {
     queue: Arc<FileQueue>,
     warm: Warm,
+    /// The segment after the one being written, made ahead by the `warm` service and not in the queue until the
+    /// writer rolls into it ([`CommitLog::segment_ahead`]). Its lock is held while it is made or taken.
+    ahead: Mutex<Option<Arc<MappedFile>>>,
     /// Whether appends request warm-up (not in an overlay: a private page faulted in writable would stop
     /// showing what a live writer adds to the file).
     warm_enabled: bool,
@@ -169,6 +172,7 @@ impl CommitLog {
         let log = CommitLog {
             queue,
             warm: Warm::default(),
+            ahead: Mutex::new(None),
             warm_enabled: opts.storage == crate::mmap::Storage::Disk,
             cfg,
             writer: Mutex::new(WritePos::default()),
@@ -302,7 +306,7 @@ impl CommitLog {
             // Create the next segment before touching this one, so a failure changes nothing.
             let next = match self.queue.next_after(file) {
                 Some(next) => next,
-                None => self.queue.create(file.end())?,
+                None => self.next_segment(file.end())?,
             };
             if remaining >= END_FILE_MIN_BLANK_LENGTH as u64 {
                 let mut blank = [0u8; END_FILE_MIN_BLANK_LENGTH];
@@ -328,7 +332,7 @@ impl CommitLog {
         file.write_commit_word(pos, word)?;
         *wrote = first_offset + total;
         self.max_offset.store(*wrote, Ordering::Release);
-        // A new segment: the warm round that reached the end of the last one stopped there (see `warm_round`).
+        // A new segment: the warm rounds stopped at its end (they create only the segment after the writer's).
         let mut wake_warm = rolled && self.warm_enabled;
         if self.warm_enabled {
             let ahead = self.warm_ahead();
@@ -382,7 +386,7 @@ impl CommitLog {
         if total + END_FILE_MIN_BLANK_LENGTH as u64 > remaining {
             let next = match self.queue.next_after(&file) {
                 Some(next) => next,
-                None => self.queue.create(file.end())?,
+                None => self.next_segment(file.end())?,
             };
             let a = self.activate(pw, &mut active, &file, *wrote)?;
             if remaining >= END_FILE_MIN_BLANK_LENGTH as u64 {
@@ -607,11 +611,69 @@ impl CommitLog {
 }
 
 impl CommitLog {
-    /// Whether appends requested pages that the `warm` service could fault in and has not yet (pages of a
-    /// segment that does not exist yet wait for it).
+    /// Whether appends requested pages that the `warm` service could fault in and has not yet (pages past the
+    /// segment after the one being written wait for the writer).
     pub fn warm_wanted(&self) -> bool {
         let done = self.warm.done.load(Ordering::Acquire);
-        self.warm.requested.load(Ordering::Acquire) > done && self.queue.find(done).is_some()
+        let size = self.file_size();
+        let reachable = self.queue.find(done).is_some() || done / size == self.max_offset() / size + 1;
+        self.warm.requested.load(Ordering::Acquire) > done && reachable
+    }
+
+    /// The segment starting at `start` for a roll: the one made ahead if it is that one (added to the queue
+    /// now), else a new one.
+    fn next_segment(&self, start: u64) -> Result<Arc<MappedFile>> {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        match ahead.take() {
+            Some(file) if file.start() == start => {
+                self.queue.adopt(file.clone())?;
+                Ok(file)
+            }
+            stale => {
+                // Made for a log that has since been cut back: not the next segment.
+                if let Some(file) = stale {
+                    file.delete_on_drop();
+                }
+                self.queue.create(start)
+            }
+        }
+    }
+
+    /// The `warm` service's segment holding `offset` when that is the one after the segment being written: made
+    /// now if it was not (RocketMQ's `AllocateMappedFileService` makes its next file ahead too), so the round can
+    /// fault in its first pages and the put that rolls into it neither creates a file under the put lock nor
+    /// faults in and zeroes those pages itself. `None` for any other segment. A failure (a full disk) changes
+    /// nothing: the writer's roll meets it again and reports it. A close deletes the segment
+    /// ([`CommitLog::drop_segment_ahead`]); after a crash the next open does (`recover`: segments after the end
+    /// that hold nothing).
+    fn segment_ahead(&self, offset: u64) -> Result<Option<Arc<MappedFile>>> {
+        let size = self.file_size();
+        let start = offset - offset % size;
+        if start != (self.max_offset() / size + 1) * size {
+            return Ok(None);
+        }
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(file) = ahead.as_ref().filter(|f| f.start() == start) {
+            return Ok(Some(file.clone()));
+        }
+        // The writer makes and takes segments under this lock too: it has not rolled into `start` yet.
+        if self.queue.last().is_none_or(|last| last.end() != start) {
+            return Ok(None);
+        }
+        if let Some(stale) = ahead.take() {
+            stale.delete_on_drop();
+        }
+        let file = self.queue.create_detached(start)?;
+        *ahead = Some(file.clone());
+        Ok(Some(file))
+    }
+
+    /// Deletes the segment made ahead, if any (it holds nothing). For a writer whose services are stopped (a
+    /// close): a closed store's directory holds its data only.
+    pub fn drop_segment_ahead(&self) {
+        if let Some(file) = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            file.delete_on_drop();
+        }
     }
 
     /// How far ahead of the write position the warm service works.
@@ -625,15 +687,25 @@ impl CommitLog {
     /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
     /// bytes, [`WARM_AHEAD_SYNC`] under SYNC_FLUSH, in chunks of [`WARM_CHUNK`]); under SYNC_FLUSH, writes each
     /// chunk back too, in steps of [`WRITE_BACK_STEP`] ([`MappedFile::write_back`]). The round stops at the end
-    /// of the last segment: the rest of the request waits for the append that creates the next one, which
-    /// wakes the service again ([`Appended::wake_warm`]). Returns the bytes faulted in.
-    pub fn warm_round(&self) -> u64 {
+    /// of the segment after the one being written, which the round creates when the request reaches it
+    /// ([`CommitLog::segment_ahead`]); the rest of the request waits for the writer to move on, which wakes the
+    /// service again ([`Appended::wake_warm`]). Returns the bytes faulted in, or why that segment could not be
+    /// created (the pages before it were faulted in; the writer's roll tries again and reports its own failure).
+    pub fn warm_round(&self) -> Result<u64> {
         let _round = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.warm.requested.load(Ordering::Acquire);
         let start = self.warm.done.load(Ordering::Acquire).max(target.saturating_sub(self.warm_ahead()));
         let mut done = start;
+        let mut failed = None;
         while done < target {
-            let Some(file) = self.queue.find(done) else { break };
+            let file = match self.queue.find(done).map_or_else(|| self.segment_ahead(done), |f| Ok(Some(f))) {
+                Ok(Some(file)) => file,
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             let end = target.min(file.end()).min(done + WARM_CHUNK);
             file.prefault((done - file.start()) as usize, (end - done) as usize);
             if self.cfg.flush_disk_type == FlushDiskType::SyncFlush {
@@ -648,7 +720,7 @@ impl CommitLog {
             done = end;
         }
         self.warm.done.fetch_max(done, Ordering::AcqRel);
-        done - start
+        failed.map_or(Ok(done - start), Err)
     }
 }
 

@@ -437,6 +437,8 @@ impl MessageStore {
             State::Open { _lock, abort } => (|| {
                 self.commitlog.commit(0)?;
                 self.flush_commitlog(0)?;
+                // The segment the `warm` service made ahead of the writer holds nothing.
+                self.commitlog.drop_segment_ahead();
                 self.drain()?;
                 self.flush_derived(self.dispatched_timestamp.load(Ordering::Acquire))?;
                 // The delay offsets last: every delivery they count is flushed above.

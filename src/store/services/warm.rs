@@ -1,8 +1,11 @@
 //! The page warmer: faults in the commitlog pages just ahead of the write position so puts do not pay for
-//! page allocation and zeroing (RocketMQ pre-touches its mapped files too). An append that crosses half the
-//! warmed distance wakes it ([`MessageStore`]'s put path); the commitlog keeps the requested position and the
-//! round ([`crate::commitlog::CommitLog::warm_round`]). Under SYNC_FLUSH a round also writes the faulted-in
-//! pages back (zeros, nothing made durable), so the group commit's flushes find written blocks ahead of them
+//! page allocation and zeroing (RocketMQ pre-touches its mapped files too), creating the next segment before
+//! the writer reaches it (as RocketMQ's `AllocateMappedFileService` does) so that a roll finds its first pages
+//! in memory and creates no file under the put lock. A segment it could not create is the round's error
+//! (`service_stats`); the writer's roll tries again. An append that crosses half the warmed distance wakes it
+//! ([`MessageStore`]'s put path); the commitlog keeps the requested position and the round
+//! ([`crate::commitlog::CommitLog::warm_round`]). Under SYNC_FLUSH a round also writes the faulted-in pages back
+//! (zeros, nothing made durable), so the group commit's flushes find written blocks ahead of them
 //! (`services/group_commit.rs`).
 
 use std::sync::Arc;
@@ -26,7 +29,7 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
             svc,
             |_| IDLE,
             |s, svc| {
-                svc.count_work(s.commitlog().warm_round());
+                svc.count_work(s.commitlog().warm_round()?);
                 Ok(())
             },
         )
