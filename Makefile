@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STORE ?= ./rmq-demo-store
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: wheel cluster-readme spark-stream-soak bench-spark-stream bench-compare bench-delay bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets retention
+.PHONY: wheel cluster-readme spark-stream-soak bench-spark-stream bench-latency bench-compare bench-delay bench-recovery bench-sync bench-pool run test lint fmt bench build venv clean rust-test py-test fuzz hostile crash power interop-fixture interop-offsets retention
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,11 @@ bench-recovery: build
 # Maven). COMPARE_ARGS=--quick for a small smoke run, COMPARE_ARGS="--charts-only X.json" to redraw charts.
 bench-compare: build
 	$(PY) benches/compare/run.py $(COMPARE_ARGS)
+
+# The latency of each single put from Python through segment rolls: percentiles, max, the puts that rolled
+# (benches/put_latency.py).
+bench-latency: build
+	$(PY) benches/put_latency.py
 
 # The streaming source against the batch sources on one store, rows/s with local[2] (benches/spark_stream_bench.py).
 bench-spark-stream: build

@@ -252,6 +252,12 @@ CRASH_WRITER = textwrap.dedent(
     store = rmq.MessageStore(sys.argv[1], t.CONFIG)
     store.put("TopicA", b"after-reopen", queue_id=3, keys="after")
     assert store.wait_dispatched()
+    # The segment the warm service makes ahead of the writer, which a crash leaves behind all-zero.
+    import time
+    deadline = time.monotonic() + 60
+    while int(sorted(os.listdir(os.path.join(sys.argv[1], "commitlog")))[-1]) <= store.max_offset:
+        assert time.monotonic() < deadline, "no segment was made ahead"
+        time.sleep(0.01)
     os._exit(0)  # no close: the abort file stays, as after a crash
     """
 )
@@ -304,6 +310,8 @@ def rmq_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     proc = subprocess.run([sys.executable, "-c", CRASH_WRITER, str(root / "crashed"), str(HERE)], check=False)
     assert proc.returncode == 0
     assert not (root / "clean" / "abort").exists() and (root / "crashed" / "abort").exists()
+    ahead = sorted((root / "crashed" / "commitlog").iterdir())[-1]
+    assert ahead.read_bytes() == bytes(CONFIG.mapped_file_size_commit_log), "the segment made ahead, all zeros"
     return {"clean": root / "clean", "crashed": root / "crashed"}
 
 
