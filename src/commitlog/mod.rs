@@ -622,6 +622,8 @@ impl CommitLog {
 
     /// The segment starting at `start` for a roll: the one made ahead if it is that one (added to the queue
     /// now), else a new one.
+    #[cold]
+    #[inline(never)]
     fn next_segment(&self, start: u64) -> Result<Arc<MappedFile>> {
         let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
         match ahead.take() {
