@@ -234,6 +234,18 @@ impl MappedFile {
         }
     }
 
+    /// Whether the file's path still names the file this maps (not removed, not removed and made again):
+    /// another process may delete a segment that holds nothing and create one of the same name later. A
+    /// mapping without a file (in memory) is its own.
+    pub fn is_current(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(file) = &self.file else { return true };
+        match (file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(mapped), Ok(named)) => mapped.ino() == named.ino() && mapped.dev() == named.dev(),
+            _ => false,
+        }
+    }
+
     /// Where the file lives.
     pub fn storage(&self) -> Storage {
         self.storage

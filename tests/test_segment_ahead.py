@@ -106,3 +106,30 @@ def test_a_segment_that_cannot_be_made_ahead_is_the_warm_services_error_and_puts
             assert bodies(store) == [b"x" * 1000] * acked + [b"z" * 1000]
     finally:
         disarm_faults()
+
+
+def test_a_reader_following_the_writer_sees_the_segment_made_again_after_the_writer_reopens(tmp_path: Path) -> None:
+    """A read-only store follows a writer (`refresh`) while the writer has its next segment made ahead; the
+    writer closes (deleting that segment, which held nothing) and reopens, and its roll makes the segment
+    again: the reader must map the new file, not keep reading the deleted one's zeros."""
+    root = tmp_path / "store"
+    config = rmq.StoreConfig(mapped_file_size_commit_log=SEGMENT)
+    writer = rmq.MessageStore(root, config)
+    writer.put("T", b"0" * 1000)
+    wait_for("the next segment is made", lambda: len(segments(root)) == 2)
+    with rmq.MessageStore(root, config, read_only=True) as reader:
+        assert reader.refresh() == writer.max_offset
+        end = writer.max_offset
+        writer.close()
+        assert len(segments(root)) == 1
+        assert reader.refresh() == end, "a segment gone from the end changes nothing the reader read"
+        writer = rmq.MessageStore(root, config)
+        for i in range(1, 150):  # past the roll into the second segment and beyond
+            writer.put("T", b"%d" % i * (1000 // len(b"%d" % i)))
+        assert writer.max_offset > SEGMENT
+        assert reader.refresh() == writer.max_offset, "the reader stopped at the segment made again"
+        got = []
+        while batch := reader.get_message("G", "T", 0, len(got), 32).messages:
+            got += [m.body for m in batch]
+        assert got == [b"%d" % i * (1000 // len(b"%d" % i)) for i in range(150)]
+    writer.close()
