@@ -699,14 +699,25 @@ impl CommitLog {
         let start = self.warm.done.load(Ordering::Acquire).max(target.saturating_sub(self.warm_ahead()));
         let mut done = start;
         let mut failed = None;
+        let size = self.file_size();
+        let next = (self.max_offset() / size + 1) * size;
+        if target > next {
+            // The next segment first, before the pages up to it: making it takes a few syncs, faulting the pages
+            // in far longer when the host zeroes slowly, and a roll that comes first waits for it.
+            failed = self.segment_ahead(next).err();
+        }
         while done < target {
-            let file = match self.queue.find(done).map_or_else(|| self.segment_ahead(done), |f| Ok(Some(f))) {
-                Ok(Some(file)) => file,
-                Ok(None) => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+            let file = match self.queue.find(done) {
+                Some(file) => file,
+                None if failed.is_some() => break,
+                None => match self.segment_ahead(done) {
+                    Ok(Some(file)) => file,
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                },
             };
             let end = target.min(file.end()).min(done + WARM_CHUNK);
             file.prefault((done - file.start()) as usize, (end - done) as usize);
