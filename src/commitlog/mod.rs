@@ -616,7 +616,7 @@ impl CommitLog {
     pub fn warm_wanted(&self) -> bool {
         let done = self.warm.done.load(Ordering::Acquire);
         let size = self.file_size();
-        let reachable = self.queue.find(done).is_some() || done / size == self.max_offset() / size + 1;
+        let reachable = self.queue.find(done).is_some() || done - done % size == self.segment_after_writer();
         self.warm.requested.load(Ordering::Acquire) > done && reachable
     }
 
@@ -649,9 +649,8 @@ impl CommitLog {
     /// ([`CommitLog::drop_segment_ahead`]); after a crash the next open does (`recover`: segments after the end
     /// that hold nothing).
     fn segment_ahead(&self, offset: u64) -> Result<Option<Arc<MappedFile>>> {
-        let size = self.file_size();
-        let start = offset - offset % size;
-        if start != (self.max_offset() / size + 1) * size {
+        let start = offset - offset % self.file_size();
+        if start != self.segment_after_writer() {
             return Ok(None);
         }
         let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
@@ -668,6 +667,12 @@ impl CommitLog {
         let file = self.queue.create_detached(start)?;
         *ahead = Some(file.clone());
         Ok(Some(file))
+    }
+
+    /// Where the segment after the one being written starts (the only one made ahead).
+    fn segment_after_writer(&self) -> u64 {
+        let size = self.file_size();
+        (self.max_offset() / size + 1) * size
     }
 
     /// Deletes the segment made ahead, if any (it holds nothing). For a writer whose services are stopped (a
@@ -699,8 +704,7 @@ impl CommitLog {
         let start = self.warm.done.load(Ordering::Acquire).max(target.saturating_sub(self.warm_ahead()));
         let mut done = start;
         let mut failed = None;
-        let size = self.file_size();
-        let next = (self.max_offset() / size + 1) * size;
+        let next = self.segment_after_writer();
         if target > next {
             // The next segment first, before the pages up to it: making it takes a few syncs, faulting the pages
             // in far longer when the host zeroes slowly, and a roll that comes first waits for it.
