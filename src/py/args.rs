@@ -31,7 +31,9 @@ pub(crate) fn argument_type_error_for(what: &str, obj: &Bound<'_, PyAny>) -> PyE
 }
 
 /// An `int` (not a `bool`), or an integer that converts through `__index__` (a NumPy integer), as i128; ints
-/// beyond i128 are out of every range here.
+/// beyond i64 are out of every range here. Extracted as an i64 (`PyLong_AsLongLong`): under the stable ABI
+/// PyO3 builds an i128 from temporary Python ints (a shift and two conversions), a cost on every put's
+/// `queue_id` and every `get_message`'s offsets.
 fn exact_int(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
     let wrong = || argument_type_error(format!("expected {what} (an int), got {}", type_name(obj)));
     if obj.is_instance_of::<PyBool>() {
@@ -47,7 +49,7 @@ fn exact_int(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
         }
         &index
     };
-    int.extract::<i128>().map_err(|_| invalid_argument(format!("{int} is out of range for {what}")))
+    int.extract::<i64>().map(i128::from).map_err(|_| invalid_argument(format!("{int} is out of range for {what}")))
 }
 
 /// An `int` in `[lo, hi]`.
