@@ -184,6 +184,9 @@ impl CommitLog {
             pool: None,
         };
         let report = log.recover(opts, visit)?;
+        if let Some(last) = log.queue.last() {
+            log.to_write(&last);
+        }
         log.lock_writer().at = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
         log.flushed_where.store(report.end_offset, Ordering::Release);
@@ -488,7 +491,11 @@ impl CommitLog {
             let start = offset - offset % self.file_size();
             let file = match self.queue.find(start) {
                 Some(f) => f,
-                None => self.queue.create(start)?,
+                None => {
+                    let file = self.queue.create(start)?;
+                    self.to_write(&file);
+                    file
+                }
             };
             segment.set(&self.queue, file);
         }
@@ -626,18 +633,47 @@ impl CommitLog {
     #[inline(never)]
     fn next_segment(&self, start: u64) -> Result<Arc<MappedFile>> {
         let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
-        match ahead.take() {
+        let next = match ahead.take() {
             Some(file) if file.start() == start => {
                 self.queue.adopt(file.clone())?;
-                Ok(file)
+                file
             }
             stale => {
                 // Made for a log that has since been cut back: not the next segment.
                 if let Some(file) = stale {
                     file.delete_on_drop();
                 }
-                self.queue.create(start)
+                let file = self.queue.create(start)?;
+                self.to_write(&file);
+                file
             }
+        };
+        if let Some(full) = start.checked_sub(self.file_size()).and_then(|s| self.queue.find(s)) {
+            self.written(&full);
+        }
+        Ok(next)
+    }
+
+    /// Whether the segments being written bring their pages into the page cache one by one
+    /// ([`MappedFile::fault_single_pages`]): under SYNC_FLUSH, on disk, so that a group commit's msync writes
+    /// back the pages the puts changed, not the large folios around them.
+    fn single_pages(&self) -> bool {
+        self.warm_enabled && self.cfg.flush_disk_type == FlushDiskType::SyncFlush
+    }
+
+    /// Prepares a segment the writer will write (the last one at open, a new one, the one made ahead) before
+    /// any of its pages is faulted in for writing.
+    fn to_write(&self, file: &MappedFile) {
+        if self.single_pages() {
+            file.fault_single_pages(true);
+        }
+    }
+
+    /// A segment the writer has filled and left: faults on it read ahead again (a reader catching up on it
+    /// later, after its pages left the page cache, reads it in large steps).
+    fn written(&self, file: &MappedFile) {
+        if self.single_pages() {
+            file.fault_single_pages(false);
         }
     }
 
@@ -665,6 +701,7 @@ impl CommitLog {
             stale.delete_on_drop();
         }
         let file = self.queue.create_detached(start)?;
+        self.to_write(&file);
         *ahead = Some(file.clone());
         Ok(Some(file))
     }
