@@ -449,9 +449,9 @@ impl MappedFile {
     /// and a write through the mapping marks its whole folio dirty, so every msync of a few new KiB wrote the
     /// whole folio back (a 1 KiB write and msync in a 2 MiB folio: 2 MiB written, 643 µs, against 4 KiB and
     /// 178 µs in single pages; 64,000 SYNC_FLUSH puts of 1 KiB from 16 threads wrote 2.5 GB for 78 MB of
-    /// records, 188 MB in single pages). Pages already cached
-    /// keep their folios; only pages faulted in from now on follow the advice. Best effort: the advice changes
-    /// no byte, and an error (none is expected on Linux) leaves the kernel's default.
+    /// records, 188 MB in single pages). Pages already cached keep their folios; only pages faulted in from now
+    /// on follow the advice. Best effort: the advice changes no byte, and an error (none is expected on Linux)
+    /// leaves the kernel's default.
     pub fn fault_single_pages(&self, single: bool) {
         #[cfg(target_os = "linux")]
         if let (Some(_), Storage::Disk) = (&self.file, self.storage) {
