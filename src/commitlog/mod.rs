@@ -184,7 +184,7 @@ impl CommitLog {
             pool: None,
         };
         let report = log.recover(opts, visit)?;
-        if let Some(last) = log.queue.last() {
+        if let Some(last) = log.queue.last().filter(|last| report.end_offset < last.end()) {
             log.to_write(&last);
         }
         log.lock_writer().at = report.end_offset;
