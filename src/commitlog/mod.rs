@@ -185,7 +185,7 @@ impl CommitLog {
         };
         let report = log.recover(opts, visit)?;
         if let Some(last) = log.queue.last().filter(|last| report.end_offset < last.end()) {
-            log.to_write(&last);
+            log.set_writing(&last, true);
         }
         log.lock_writer().at = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
@@ -491,11 +491,7 @@ impl CommitLog {
             let start = offset - offset % self.file_size();
             let file = match self.queue.find(start) {
                 Some(f) => f,
-                None => {
-                    let file = self.queue.create(start)?;
-                    self.to_write(&file);
-                    file
-                }
+                None => self.create_to_write(start)?,
             };
             segment.set(&self.queue, file);
         }
@@ -643,37 +639,30 @@ impl CommitLog {
                 if let Some(file) = stale {
                     file.delete_on_drop();
                 }
-                let file = self.queue.create(start)?;
-                self.to_write(&file);
-                file
+                self.create_to_write(start)?
             }
         };
         if let Some(full) = start.checked_sub(self.file_size()).and_then(|s| self.queue.find(s)) {
-            self.written(&full);
+            self.set_writing(&full, false);
         }
         Ok(next)
     }
 
-    /// Whether the segments being written bring their pages into the page cache one by one
-    /// ([`MappedFile::fault_single_pages`]): under SYNC_FLUSH, on disk, so that a group commit's msync writes
-    /// back the pages the puts changed, not the large folios around them.
-    fn single_pages(&self) -> bool {
-        self.warm_enabled && self.cfg.flush_disk_type == FlushDiskType::SyncFlush
+    /// A new segment in the queue at `start`, prepared for the writer ([`CommitLog::set_writing`]).
+    fn create_to_write(&self, start: u64) -> Result<Arc<MappedFile>> {
+        let file = self.queue.create(start)?;
+        self.set_writing(&file, true);
+        Ok(file)
     }
 
-    /// Prepares a segment the writer will write (the last one at open, a new one, the one made ahead) before
-    /// any of its pages is faulted in for writing.
-    fn to_write(&self, file: &MappedFile) {
-        if self.single_pages() {
-            file.fault_single_pages(true);
-        }
-    }
-
-    /// A segment the writer has filled and left: faults on it read ahead again (a reader catching up on it
-    /// later, after its pages left the page cache, reads it in large steps).
-    fn written(&self, file: &MappedFile) {
-        if self.single_pages() {
-            file.fault_single_pages(false);
+    /// Under SYNC_FLUSH, on disk: a segment the writer will write (the last one at open, a new one, the one made
+    /// ahead; `writing`, before any of its pages is faulted in) brings its pages into the page cache one by one
+    /// ([`MappedFile::fault_single_pages`]), so that a group commit's msync writes back the pages the puts
+    /// changed, not the large folios around them; one it has filled and left (not `writing`) reads ahead again,
+    /// for a reader catching up on it after its pages left the page cache.
+    fn set_writing(&self, file: &MappedFile, writing: bool) {
+        if self.warm_enabled && self.cfg.flush_disk_type == FlushDiskType::SyncFlush {
+            file.fault_single_pages(writing);
         }
     }
 
@@ -701,7 +690,7 @@ impl CommitLog {
             stale.delete_on_drop();
         }
         let file = self.queue.create_detached(start)?;
-        self.to_write(&file);
+        self.set_writing(&file, true);
         *ahead = Some(file.clone());
         Ok(Some(file))
     }
