@@ -487,6 +487,41 @@ impl MappedFile {
         let _ = (pos, len);
     }
 
+    /// Drops this file's pages from `pos` (rounded down to 2 MiB, the largest folio ext4 caches) to its end
+    /// out of the page cache: this process's mapping lets go of them (`MADV_DONTNEED`, on a shared mapping
+    /// only; the bytes stay in the page cache or the file), dirty ones are written back
+    /// ([`MappedFile::write_back`]), and the kernel drops them (`POSIX_FADV_DONTNEED`; pages another process
+    /// maps stay). For the end of a log at open: the pages past it that are still cached (faulted in ahead of
+    /// a writer before a close or a kill, read ahead by the validating read of the records before it) sit in
+    /// large folios, which a slow writer would dirty, and each flush write back, whole; dropped, they come back
+    /// as the writer and the warm service choose ([`MappedFile::fault_single_pages`]). No byte of the file
+    /// changes. Best effort.
+    pub fn evict_from(&self, pos: usize) {
+        #[cfg(target_os = "linux")]
+        if let (Some(file), Storage::Disk) = (&self.file, self.storage) {
+            use std::os::fd::AsRawFd;
+            let pos = pos - pos % (2 * 1024 * 1024);
+            let len = self.map.len().saturating_sub(pos);
+            let (Ok(off), Ok(n)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len)) else { return };
+            if n == 0 {
+                return;
+            }
+            #[allow(unsafe_code)]
+            // SAFETY: `pos..pos + len` lies inside the mapping (len is what is left of it from `pos`, and `pos`
+            // is a multiple of the page size). The mapping is shared (`Storage::Disk`), so `MADV_DONTNEED` drops
+            // only this process's page-table entries: the bytes stay in the page cache or the file, and the next
+            // access faults them in again unchanged; no reference into the range outlives that.
+            let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, pos, len) };
+            self.write_back(pos, len);
+            #[allow(unsafe_code)]
+            // SAFETY: a plain system call on a descriptor this `File` owns and keeps open for the call; no memory
+            // is passed, and dropping clean cached pages changes no byte of the file.
+            let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_DONTNEED) };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = pos;
+    }
+
     /// Flushes the whole file.
     pub fn flush(&self) -> Result<()> {
         if self.storage == Storage::Overlay {

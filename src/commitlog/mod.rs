@@ -9,6 +9,7 @@ pub mod recover;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::config::{CommitLogConfig, FlushDiskType};
 use crate::error::{Error, Result};
@@ -76,8 +77,52 @@ struct Warm {
     requested: AtomicU64,
     /// Pages below this offset were faulted in (or need not be).
     done: AtomicU64,
-    /// Serialises rounds.
-    round: Mutex<()>,
+    /// Serialises rounds; the writer's pace as the rounds have seen it.
+    round: Mutex<Pace>,
+}
+
+/// Under ASYNC_FLUSH, bytes a flush round should find written for large folios to be worth faulting in: a flush
+/// writes back whole folios, and a write through the mapping dirties the whole folio it lands in, so each round
+/// writes back up to two folios (2 MiB each on ext4 from Linux 6.16) beyond the new bytes: the one the last
+/// round ended in and the one the write position is in. From 16 MiB a round that is at most a quarter more; a
+/// writer slower than that (under 32 MiB/s at the default 500 ms) gets pages faulted in one by one, whose cost
+/// (a fault per 4 KiB, about 40 % of the throughput of a writer at full speed) is nothing at that pace. A
+/// trickle of 100 puts of 1 KiB a second wrote 3.7 MB/s to disk in large folios, 30 times its records.
+const LARGE_FOLIOS_PER_FLUSH: u64 = 16 * 1024 * 1024;
+/// The least writing that tells the writer's pace: a round that saw less (soon after the last one, or after a
+/// roll's extra wake-up) keeps the last judgement and measures on from the same start.
+const PACE_SAMPLE: u64 = 1024 * 1024;
+
+/// The writer's pace as the warm rounds see it, for the choice between large folios and single pages
+/// ([`LARGE_FOLIOS_PER_FLUSH`]).
+#[derive(Debug, Default)]
+struct Pace {
+    /// When and where (the write position) the current measurement started; `None` before the first round.
+    since: Option<(Instant, u64)>,
+    /// Whether the last judgement found a writer fast enough for large folios.
+    fast: bool,
+}
+
+impl Pace {
+    /// Whether the writer, at `wrote` at `now`, writes at least [`LARGE_FOLIOS_PER_FLUSH`] bytes per
+    /// `flush_interval`. Unknown (the first round, a log cut back) counts as slow: the pages faulted in on that
+    /// guess are at most [`WARM_AHEAD`] bytes, and a fast writer is judged fast again the next round.
+    fn is_fast(&mut self, now: Instant, wrote: u64, flush_interval: Duration) -> bool {
+        match self.since {
+            Some((at, from)) if wrote >= from => {
+                let (bytes, elapsed) = (wrote - from, now.saturating_duration_since(at));
+                if bytes < PACE_SAMPLE && elapsed < flush_interval {
+                    return self.fast;
+                }
+                // bytes / elapsed * interval >= LARGE_FOLIOS_PER_FLUSH, without dividing.
+                self.fast = u128::from(bytes) * flush_interval.as_micros()
+                    >= u128::from(LARGE_FOLIOS_PER_FLUSH) * elapsed.as_micros();
+            }
+            _ => self.fast = false,
+        }
+        self.since = Some((now, wrote));
+        self.fast
+    }
 }
 
 /// What the put lock guards: the write position and the segment it is in.
@@ -185,7 +230,13 @@ impl CommitLog {
         };
         let report = log.recover(opts, visit)?;
         if let Some(last) = log.queue.last().filter(|last| report.end_offset < last.end()) {
-            log.set_writing(&last, true);
+            if log.warm_enabled {
+                // The writer starts on single pages under either flush ([`CommitLog::set_writing`]; under
+                // ASYNC_FLUSH until the warm service has seen it write fast, `Pace`): what was cached past the end
+                // goes, and the writer's own first faults, before the first warm round, read nothing around.
+                last.evict_from((report.end_offset - last.start()) as usize);
+                last.fault_single_pages(true);
+            }
         }
         log.lock_writer().at = report.end_offset;
         log.max_offset.store(report.end_offset, Ordering::Release);
@@ -655,13 +706,15 @@ impl CommitLog {
         Ok(file)
     }
 
-    /// Under SYNC_FLUSH, on disk: a segment the writer will write (the last one at open, a new one, the one made
-    /// ahead; `writing`, before any of its pages is faulted in) brings its pages into the page cache one by one
+    /// On disk: a segment the writer will write (a new one, the one made ahead; `writing`, before any of its
+    /// pages is faulted in) brings its pages into the page cache one by one under SYNC_FLUSH
     /// ([`MappedFile::fault_single_pages`]), so that a group commit's msync writes back the pages the puts
-    /// changed, not the large folios around them; one it has filled and left (not `writing`) reads ahead again,
-    /// for a reader catching up on it after its pages left the page cache.
+    /// changed, not the large folios around them (under ASYNC_FLUSH the warm service chooses per round,
+    /// [`CommitLog::warm_round`]; the last segment at open starts on single pages under either, `open_visiting`);
+    /// one it has filled and left (not `writing`) reads ahead again under either, for a reader catching up on it
+    /// after its pages left the page cache.
     fn set_writing(&self, file: &MappedFile, writing: bool) {
-        if self.warm_enabled && self.cfg.flush_disk_type == FlushDiskType::SyncFlush {
+        if self.warm_enabled && (!writing || self.cfg.flush_disk_type == FlushDiskType::SyncFlush) {
             file.fault_single_pages(writing);
         }
     }
@@ -722,10 +775,14 @@ impl CommitLog {
     /// chunk back too, in steps of [`WRITE_BACK_STEP`] ([`MappedFile::write_back`]). The round stops at the end
     /// of the segment after the one being written, which the round creates when the request reaches it
     /// ([`CommitLog::segment_ahead`]); the rest of the request waits for the writer to move on, which wakes the
-    /// service again ([`Appended::wake_warm`]). Returns the bytes faulted in, or why that segment could not be
+    /// service again ([`Appended::wake_warm`]). Under ASYNC_FLUSH, with `flush_interval` the flush service's,
+    /// a writer too slow for large folios ([`LARGE_FOLIOS_PER_FLUSH`]) gets the round's pages faulted in one by
+    /// one ([`MappedFile::fault_single_pages`]). Returns the bytes faulted in, or why that segment could not be
     /// created (the pages before it were faulted in; the writer's roll tries again and reports its own failure).
-    pub fn warm_round(&self) -> Result<u64> {
-        let _round = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
+    pub fn warm_round(&self, flush_interval: Duration) -> Result<u64> {
+        let mut pace = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
+        let single = self.cfg.flush_disk_type == FlushDiskType::AsyncFlush
+            && !pace.is_fast(Instant::now(), self.max_offset(), flush_interval);
         let target = self.warm.requested.load(Ordering::Acquire);
         let start = self.warm.done.load(Ordering::Acquire).max(target.saturating_sub(self.warm_ahead()));
         let mut done = start;
@@ -750,7 +807,15 @@ impl CommitLog {
                 },
             };
             let end = target.min(file.end()).min(done + WARM_CHUNK);
+            if single {
+                // For these pages only: the advice covers the whole mapping, and the writer, far behind at this
+                // pace, faults in none of its own.
+                file.fault_single_pages(true);
+            }
             file.prefault((done - file.start()) as usize, (end - done) as usize);
+            if single {
+                file.fault_single_pages(false);
+            }
             if self.cfg.flush_disk_type == FlushDiskType::SyncFlush {
                 // In small steps, each waited for: a put's flush queues behind at most one of them.
                 let mut at = done;
@@ -788,4 +853,61 @@ fn stamp_records(
         }
     }
     store_timestamp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024 * 1024;
+    const INTERVAL: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn a_writer_is_slow_until_it_writes_fast() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        assert!(!pace.is_fast(t0, 100 * MIB, INTERVAL), "unknown counts as slow");
+        // 16 MiB in 100 ms: 80 MiB per flush interval.
+        assert!(pace.is_fast(t0 + Duration::from_millis(100), 116 * MIB, INTERVAL));
+        // 16 MiB in 1 s: 8 MiB per interval, under the 16 MiB that large folios need.
+        assert!(!pace.is_fast(t0 + Duration::from_millis(1100), 132 * MIB, INTERVAL));
+        // Exactly 16 MiB per interval is fast enough.
+        assert!(pace.is_fast(t0 + Duration::from_millis(1600), 148 * MIB, INTERVAL));
+    }
+
+    #[test]
+    fn a_short_sample_keeps_the_last_judgement_and_measures_on_from_its_start() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        pace.is_fast(t0, 0, INTERVAL);
+        assert!(pace.is_fast(t0 + Duration::from_millis(10), 32 * MIB, INTERVAL));
+        // A round soon after (a roll's wake-up) with little written: still fast, and the start stays put.
+        assert!(pace.is_fast(t0 + Duration::from_millis(11), 32 * MIB + 4096, INTERVAL));
+        // Measured from 10 ms: 1 MiB in 990 ms is slow.
+        assert!(!pace.is_fast(t0 + Duration::from_millis(1000), 33 * MIB, INTERVAL));
+        // A trickle seen a flush interval later, however little it wrote, is judged (slow).
+        assert!(!pace.is_fast(t0 + Duration::from_millis(1600), 33 * MIB + 1024, INTERVAL));
+    }
+
+    #[test]
+    fn a_log_cut_back_restarts_the_measurement_as_slow() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        pace.is_fast(t0, 64 * MIB, INTERVAL);
+        assert!(pace.is_fast(t0 + Duration::from_millis(10), 96 * MIB, INTERVAL));
+        assert!(!pace.is_fast(t0 + Duration::from_millis(20), 10 * MIB, INTERVAL));
+        assert!(pace.is_fast(t0 + Duration::from_millis(30), 42 * MIB, INTERVAL));
+    }
+
+    #[test]
+    fn a_shorter_flush_interval_asks_more_of_a_fast_writer() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        pace.is_fast(t0, 0, INTERVAL);
+        // 100 MiB/s: fast at 500 ms (50 MiB per flush), slow at 10 ms (1 MiB per flush).
+        let mut other = Pace::default();
+        other.is_fast(t0, 0, Duration::from_millis(10));
+        assert!(pace.is_fast(t0 + Duration::from_millis(200), 20 * MIB, INTERVAL));
+        assert!(!other.is_fast(t0 + Duration::from_millis(200), 20 * MIB, Duration::from_millis(10)));
+    }
 }

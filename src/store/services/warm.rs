@@ -29,7 +29,8 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
             svc,
             |_| IDLE,
             |s, svc| {
-                svc.count_work(s.commitlog().warm_round()?);
+                let flush_interval = Duration::from_millis(s.config.flush.flush_interval_commit_log);
+                svc.count_work(s.commitlog().warm_round(flush_interval)?);
                 Ok(())
             },
         )
