@@ -770,6 +770,28 @@ impl CommitLog {
         }
     }
 
+    /// Under ASYNC_FLUSH, for a writer at `wrote` that has slowed down (judged fast before, slow now): the pages
+    /// faulted in ahead of it for a fast writer, in large folios, leave the page cache from the 2 MiB boundary at
+    /// or below `wrote` on ([`MappedFile::evict_from`]: the folio the writer is in, written back first if dirty,
+    /// and the zeros ahead), and the warm position goes back to the writer's page, so that this round faults
+    /// them in again one by one. The writer, slow, is far from the end of them; a page it dirties meanwhile
+    /// stays cached as it is (the kernel drops clean pages only).
+    fn unwarm_ahead(&self, wrote: u64) {
+        let done = self.warm.done.load(Ordering::Acquire);
+        let mut at = wrote;
+        while at < done {
+            let file = self.queue.find(at).or_else(|| {
+                let ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+                ahead.as_ref().filter(|f| f.start() <= at && at < f.end()).cloned()
+            });
+            let Some(file) = file else { break };
+            file.evict_from((at - file.start()) as usize);
+            at = file.end();
+        }
+        // Under the round lock, the only other writer of `done` (`fetch_max` at the end of a round).
+        self.warm.done.store(wrote - wrote % 4096, Ordering::Release);
+    }
+
     /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
     /// bytes, [`WARM_AHEAD_SYNC`] under SYNC_FLUSH, in chunks of [`WARM_CHUNK`]); under SYNC_FLUSH, writes each
     /// chunk back too, in steps of [`WRITE_BACK_STEP`] ([`MappedFile::write_back`]). The round stops at the end
@@ -777,12 +799,23 @@ impl CommitLog {
     /// ([`CommitLog::segment_ahead`]); the rest of the request waits for the writer to move on, which wakes the
     /// service again ([`Appended::wake_warm`]). Under ASYNC_FLUSH, with `flush_interval` the flush service's,
     /// a writer too slow for large folios ([`LARGE_FOLIOS_PER_FLUSH`]) gets the round's pages faulted in one by
-    /// one ([`MappedFile::fault_single_pages`]). Returns the bytes faulted in, or why that segment could not be
+    /// one ([`MappedFile::fault_single_pages`]), and one that slowed down since the last round gets those faulted
+    /// in ahead of it for a fast writer again that way ([`CommitLog::unwarm_ahead`]; the service runs a round
+    /// every second when no put wakes it, so a slow-down is seen within about a second). Returns the bytes
+    /// faulted in, or why that segment could not be
     /// created (the pages before it were faulted in; the writer's roll tries again and reports its own failure).
     pub fn warm_round(&self, flush_interval: Duration) -> Result<u64> {
         let mut pace = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
-        let single = self.cfg.flush_disk_type == FlushDiskType::AsyncFlush
-            && !pace.is_fast(Instant::now(), self.max_offset(), flush_interval);
+        let single = if self.cfg.flush_disk_type == FlushDiskType::AsyncFlush {
+            let (was_fast, wrote) = (pace.fast, self.max_offset());
+            let slow = !pace.is_fast(Instant::now(), wrote, flush_interval);
+            if was_fast && slow {
+                self.unwarm_ahead(wrote);
+            }
+            slow
+        } else {
+            false
+        };
         let target = self.warm.requested.load(Ordering::Acquire);
         let start = self.warm.done.load(Ordering::Acquire).max(target.saturating_sub(self.warm_ahead()));
         let mut done = start;

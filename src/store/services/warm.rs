@@ -17,8 +17,9 @@ use crate::store::MessageStore;
 
 /// The service's name in [`MessageStore::service_stats`].
 pub const NAME: &str = "warm";
-/// Longest sleep between rounds: appends wake the service when they need it.
-pub const IDLE: Duration = Duration::from_secs(10);
+/// Longest sleep between rounds: appends wake the service when they need it, and a round without work still
+/// judges the writer's pace (under ASYNC_FLUSH a writer that slowed down gets single pages ahead of it).
+pub const IDLE: Duration = Duration::from_secs(1);
 
 /// Starts the service.
 pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
