@@ -119,10 +119,9 @@ def test_a_fast_writer_keeps_large_folios(tmp_path: Path) -> None:
     if folios is None:
         pytest.skip("page frames are not readable (not root)")
     large = sum(size for pos, size in folios if size > 4096 and pos >= 40 * MIB)
-    small = sum(size for pos, size in folios if size == 4096 and pos < 16 * MIB)
-    # The first pages were faulted in on the guess "slow"; from 40 MiB on the kernel's read-around had made
-    # them large by now (the ramp restarts where the warm service goes back to the kernel's choice).
-    assert small == 16 * MIB, f"{small / MIB:.1f} MiB of the first 16 MiB in single pages"
+    # The first pages were faulted in on the guess "slow" (all of the first 16 MiB when the warm service stays
+    # ahead; a writer that overtakes it faults its own under the kernel's read-around); from 40 MiB on the
+    # read-around has made them large again (its ramp restarts where the warm service hands it back).
     if large == 0 and all(size == 4096 for _, size in folios):
         pytest.skip("this kernel caches this file in single pages only")
     assert large >= 8 * MIB, f"{large / MIB:.1f} MiB of the segment past 40 MiB in large folios"
