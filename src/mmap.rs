@@ -44,6 +44,10 @@ pub enum Storage {
     Overlay,
 }
 
+/// The largest folio (unit of the page cache) ext4 caches file pages in, from Linux 6.16: 2 MiB. Folios are
+/// aligned to their size in the file, so a range starting at a multiple of it splits none.
+pub const LARGEST_FOLIO: usize = 2 * 1024 * 1024;
+
 /// One fixed-size file mapped read/write, covering global offsets `[start, start + size)`.
 pub struct MappedFile {
     path: PathBuf,
@@ -487,7 +491,7 @@ impl MappedFile {
         let _ = (pos, len);
     }
 
-    /// Drops this file's pages from `pos` (rounded down to 2 MiB, the largest folio ext4 caches) to its end
+    /// Drops this file's pages from `pos` (rounded down to [`LARGEST_FOLIO`]) to its end
     /// out of the page cache: this process's mapping lets go of them (`MADV_DONTNEED`, on a shared mapping
     /// only; the bytes stay in the page cache or the file), dirty ones are written back
     /// ([`MappedFile::write_back`]), and the kernel drops them (`POSIX_FADV_DONTNEED`; pages another process
@@ -500,7 +504,7 @@ impl MappedFile {
         #[cfg(target_os = "linux")]
         if let (Some(file), Storage::Disk) = (&self.file, self.storage) {
             use std::os::fd::AsRawFd;
-            let pos = pos - pos % (2 * 1024 * 1024);
+            let pos = pos - pos % LARGEST_FOLIO;
             let len = self.map.len().saturating_sub(pos);
             let (Ok(off), Ok(n)) = (libc::off64_t::try_from(pos), libc::off64_t::try_from(len)) else { return };
             if n == 0 {

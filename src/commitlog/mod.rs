@@ -771,11 +771,11 @@ impl CommitLog {
     }
 
     /// Under ASYNC_FLUSH, for a writer at `wrote` that has slowed down (judged fast before, slow now): the pages
-    /// faulted in ahead of it for a fast writer, in large folios, leave the page cache from the 2 MiB boundary at
-    /// or below `wrote` on ([`MappedFile::evict_from`]: the folio the writer is in, written back first if dirty,
-    /// and the zeros ahead), and the warm position goes back to the writer's page, so that this round faults
-    /// them in again one by one. The writer, slow, is far from the end of them; a page it dirties meanwhile
-    /// stays cached as it is (the kernel drops clean pages only).
+    /// faulted in ahead of it for a fast writer, in large folios, leave the page cache from the folio boundary
+    /// ([`crate::mmap::LARGEST_FOLIO`]) at or below `wrote` on ([`MappedFile::evict_from`]: the folio the
+    /// writer is in, written back first if dirty, and the zeros ahead), and the warm position goes back to the
+    /// writer's page, so that this round faults them in again one by one. The writer, slow, is far from the end
+    /// of them; a page it dirties meanwhile stays cached as it is (the kernel drops clean pages only).
     fn unwarm_ahead(&self, wrote: u64) {
         let done = self.warm.done.load(Ordering::Acquire);
         let mut at = wrote;
@@ -789,7 +789,7 @@ impl CommitLog {
             at = file.end();
         }
         // Under the round lock, the only other writer of `done` (`fetch_max` at the end of a round).
-        self.warm.done.store(wrote - wrote % 4096, Ordering::Release);
+        self.warm.done.store(wrote - wrote % crate::sync_record::PAGE as u64, Ordering::Release);
     }
 
     /// One warm-up round: faults in the pages requested ahead of the write position (at most [`WARM_AHEAD`]
@@ -802,8 +802,8 @@ impl CommitLog {
     /// one ([`MappedFile::fault_single_pages`]), and one that slowed down since the last round gets those faulted
     /// in ahead of it for a fast writer again that way ([`CommitLog::unwarm_ahead`]; the service runs a round
     /// every second when no put wakes it, so a slow-down is seen within about a second). Returns the bytes
-    /// faulted in, or why that segment could not be
-    /// created (the pages before it were faulted in; the writer's roll tries again and reports its own failure).
+    /// faulted in, or why that segment could not be created (the pages before it were faulted in; the writer's
+    /// roll tries again and reports its own failure).
     pub fn warm_round(&self, flush_interval: Duration) -> Result<u64> {
         let mut pace = self.warm.round.lock().unwrap_or_else(|p| p.into_inner());
         let single = if self.cfg.flush_disk_type == FlushDiskType::AsyncFlush {
