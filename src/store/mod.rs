@@ -16,7 +16,7 @@ pub mod validate;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,8 @@ pub struct MessageStore {
     open_report: OpenReport,
     unclean_shutdown: bool,
     state: Mutex<State>,
+    /// `state` is `Open` (set with it, cleared before it leaves `Open`): every put checks it.
+    writable: AtomicBool,
     queues: ConsumeQueueStore,
     index: Option<IndexService>,
     delay_levels: Vec<i64>,
@@ -230,6 +232,9 @@ impl MessageStore {
     }
 
     fn check_writable(&self) -> Result<()> {
+        if self.writable.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.state() {
             State::Open { .. } => Ok(()),
             State::ReadOnly => Err(Error::ReadOnly(self.root.clone())),
@@ -368,6 +373,7 @@ impl MessageStore {
     pub(crate) fn poison(&self, e: &Error) {
         let mut state = self.state();
         if matches!(&*state, State::Open { .. }) {
+            self.writable.store(false, Ordering::Release);
             *state = State::Poisoned(e.to_string());
         }
     }
@@ -431,7 +437,11 @@ impl MessageStore {
     pub fn close(&self) -> Result<()> {
         self.services.shutdown();
         let cleaning = self.wait_clean_round();
-        let previous = std::mem::replace(&mut *self.state(), State::Closed);
+        let previous = {
+            let mut state = self.state();
+            self.writable.store(false, Ordering::Release);
+            std::mem::replace(&mut *state, State::Closed)
+        };
         drop(cleaning);
         let result = match previous {
             State::Open { _lock, abort } => (|| {

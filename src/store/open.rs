@@ -20,7 +20,7 @@
 //! place, provided nothing changed the queues or the index since (a repair, a cut tail).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64};
 use std::sync::{Condvar, Mutex};
 
 use super::matching::{entry_names_record, tags_code, IndexMatches, Matches, QueueMatches};
@@ -326,6 +326,7 @@ impl MessageStore {
             open_report,
             unclean_shutdown,
             state: Mutex::new(State::Closed),
+            writable: AtomicBool::new(false),
             queues,
             index,
             delay_levels,
@@ -401,6 +402,7 @@ impl MessageStore {
             }
             _ => State::ReadOnly,
         };
+        *store.writable.get_mut() = matches!(state, State::Open { .. });
         *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = state;
         store.recovery.open_time = began.elapsed();
         Ok(store)

@@ -299,6 +299,31 @@ impl MessageStore {
         let now = now_ms();
         let uniq = self.uniq_key(msg.properties, now);
         let wait = if msg.wait_store_msg_ok { "true" } else { "false" };
+        if msg.properties.is_empty() {
+            // No properties of the producer's own: not a half message, no delay, a generated UNIQ_KEY.
+            let uniq = uniq.unwrap_or_default();
+            let cluster = config.broker.broker_cluster_name.as_deref();
+            let mut props = Scratch::take(256);
+            write_plain_properties(&mut props.0, msg.tags, msg.keys, wait, &uniq, cluster);
+            let props = strip_if_crc(&props.0, config.commit_log.enabled_append_prop_crc);
+            let input = EncodeInput {
+                topic: msg.topic,
+                queue_id: msg.queue_id,
+                flag: msg.flag,
+                body: msg.body,
+                properties: &props,
+                sys_flag: msg.sys_flag | msg.transaction.bits(),
+                born_timestamp: msg.born_timestamp.unwrap_or(now),
+                born_host: msg.born_host,
+                store_host: config.broker.store_host,
+                store_timestamp: now,
+                reconsume_times: msg.reconsume_times,
+                prepared_transaction_offset: msg.prepared_transaction_offset,
+                queue_offset: 0,
+                physical_offset: 0,
+            };
+            return self.append_one(&input, msg.transaction, uniq, msg.wait_store_msg_ok);
+        }
         let (level_text, qid_text, real_qid): (String, String, String);
         // As a broker: the producer's HashMap(16) string is parsed into HashMap(128), CLUSTER is added, and
         // the map is serialized again.
@@ -406,10 +431,17 @@ impl MessageStore {
                 return Err(Error::IllegalMessage("batch messages cannot carry a DELAY property".into()));
             }
             let uniq = self.uniq_key(item.properties, now);
-            let client = client_property_order(item.tags, item.keys, Some(wait), item.properties, uniq.as_deref());
             props.clear();
-            properties::write_properties(&mut props, client.iter().copied());
-            drop(client); // it borrows `uniq`, which the result takes
+            match uniq.as_deref() {
+                Some(u) if item.properties.is_empty() => {
+                    write_plain_batch_properties(&mut props, item.tags, item.keys, wait, u)
+                }
+                _ => {
+                    let client =
+                        client_property_order(item.tags, item.keys, Some(wait), item.properties, uniq.as_deref());
+                    properties::write_properties(&mut props, client.iter().copied());
+                }
+            }
             let stored = strip_if_crc(&props, config.commit_log.enabled_append_prop_crc);
             // The client's batch encoding of this member: 4+4+4+4+4 + body + 2 + properties.
             batch_body_len += 22 + item.body.len() + stored.len();
@@ -469,15 +501,19 @@ impl MessageStore {
         let takes_offset = transaction.takes_queue_offset();
         let (appended, base) = {
             let mut table = self.queue_table.lock().unwrap_or_else(|p| p.into_inner());
-            let base = table.get(topic).and_then(|q| q.get(&queue_id)).copied().unwrap_or(0);
+            // The queue's entry, looked up once when it exists (every put but a queue's first).
+            let slot = table.get_mut(topic).and_then(|q| q.get_mut(&queue_id));
+            let base = slot.as_deref().copied().unwrap_or(0);
             let appended: Appended =
                 self.commitlog.append(buf, records, |i| if takes_offset { base + i as i64 } else { 0 })?;
             if takes_offset {
-                let queues = match table.get_mut(topic) {
-                    Some(q) => q,
-                    None => table.entry(topic.to_owned()).or_default(),
-                };
-                queues.insert(queue_id, base + records.len() as i64);
+                let next = base + records.len() as i64;
+                match slot {
+                    Some(offset) => *offset = next,
+                    None => {
+                        table.entry(topic.to_owned()).or_default().insert(queue_id, next);
+                    }
+                }
             }
             (appended, base)
         };
@@ -536,6 +572,49 @@ fn strip_if_crc(props: &[u8], enabled: bool) -> std::borrow::Cow<'_, [u8]> {
     } else {
         std::borrow::Cow::Borrowed(props)
     }
+}
+
+/// The stored properties of a put that carries none of the producer's own (only `tags`, `keys`, the WAIT flag,
+/// the generated UNIQ_KEY and the broker's CLUSTER), written straight in the order the general path
+/// ([`client_property_order`], CLUSTER put, the broker's `HashMap(128)` order) gives them: by their buckets in
+/// a table of 128 (UNIQ_KEY 28, CLUSTER 28, TAGS 62, KEYS 87, WAIT 93), UNIQ_KEY before CLUSTER in their
+/// shared bucket because the broker puts CLUSTER after parsing the producer's string. The unit test
+/// `plain_properties_match_the_general_order` holds the two paths equal.
+fn write_plain_properties(
+    out: &mut Vec<u8>,
+    tags: Option<&str>,
+    keys_text: Option<&str>,
+    wait: &str,
+    uniq: &str,
+    cluster: Option<&str>,
+) {
+    let entries = [
+        Some((keys::UNIQ_KEY, uniq)),
+        cluster.map(|c| (keys::CLUSTER, c)),
+        tags.map(|t| (keys::TAGS, t)),
+        keys_text.map(|k| (keys::KEYS, k)),
+        Some((keys::WAIT, wait)),
+    ];
+    properties::write_properties(out, entries.into_iter().flatten());
+}
+
+/// The properties of a batch member that carries none of the producer's own, in the producer's `HashMap(16)`
+/// order that [`client_property_order`] gives them (buckets KEYS 7, UNIQ_KEY 12, WAIT 13, TAGS 14; a batch
+/// member's map gets no CLUSTER). The unit test `plain_properties_match_the_general_order` holds the two equal.
+fn write_plain_batch_properties(
+    out: &mut Vec<u8>,
+    tags: Option<&str>,
+    keys_text: Option<&str>,
+    wait: &str,
+    uniq: &str,
+) {
+    let entries = [
+        keys_text.map(|k| (keys::KEYS, k)),
+        Some((keys::UNIQ_KEY, uniq)),
+        Some((keys::WAIT, wait)),
+        tags.map(|t| (keys::TAGS, t)),
+    ];
+    properties::write_properties(out, entries.into_iter().flatten());
 }
 
 /// `map.put(name, value)` on a map kept as entries in insertion order: an existing entry keeps its place.
@@ -667,5 +746,61 @@ mod tests {
         assert!(matches!(store.put_inner(&inner("../x", b"")), Err(Error::InvalidTopic { .. })));
         assert_eq!(store.commitlog().max_offset(), before);
         assert_eq!(store.next_queue_offset("../x", 2), 0);
+    }
+
+    /// The general order: the producer's map, the broker's CLUSTER put into it, the broker's map order.
+    fn general_order(
+        tags: Option<&str>,
+        keys_text: Option<&str>,
+        wait: &str,
+        uniq: &str,
+        cluster: Option<&str>,
+    ) -> Vec<u8> {
+        let mut entries = client_property_order(tags, keys_text, Some(wait), &[], Some(uniq));
+        if let Some(c) = cluster {
+            put_entry(&mut entries, keys::CLUSTER, c);
+        }
+        properties::sort_hashmap_order(&mut entries, BROKER_MAP_CAPACITY);
+        let mut out = Vec::new();
+        properties::write_properties(&mut out, entries.iter().copied());
+        out
+    }
+
+    #[test]
+    fn plain_properties_match_the_general_order() {
+        let uniq = "7F0000013E0F7E67633F935A83770000";
+        for tags in [None, Some("TagA"), Some("a||b")] {
+            for keys_text in [None, Some("k1"), Some("k1 k2 k3")] {
+                for wait in ["true", "false"] {
+                    for cluster in [None, Some("DefaultCluster"), Some("c")] {
+                        let mut fast = Vec::new();
+                        write_plain_properties(&mut fast, tags, keys_text, wait, uniq, cluster);
+                        assert_eq!(
+                            fast,
+                            general_order(tags, keys_text, wait, uniq, cluster),
+                            "{tags:?} {keys_text:?} {wait} {cluster:?}"
+                        );
+                    }
+                    let mut batch = Vec::new();
+                    write_plain_batch_properties(&mut batch, tags, keys_text, wait, uniq);
+                    let client = client_property_order(tags, keys_text, Some(wait), &[], Some(uniq));
+                    let mut general = Vec::new();
+                    properties::write_properties(&mut general, client.iter().copied());
+                    assert_eq!(batch, general, "batch {tags:?} {keys_text:?} {wait}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_put_without_properties_stores_the_general_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MessageStore::open(dir.path(), StoreConfig::default()).unwrap();
+        let msg = PutMessage { tags: Some("TagA"), keys: Some("k1 k2"), ..PutMessage::new("T", 0, b"body") };
+        let r = store.put(&msg).unwrap();
+        let rec = store.read(r.offsets[0]).unwrap().unwrap();
+        let uniq = r.uniq_keys[0].to_string();
+        let expected = general_order(Some("TagA"), Some("k1 k2"), "true", &uniq, Some("DefaultCluster"));
+        assert_eq!(rec.header.properties(rec.bytes()), &expected[..]);
     }
 }

@@ -58,6 +58,11 @@ pub fn check_topic(topic: &str) -> Result<()> {
 /// The rules every stored topic follows, system topics included: not blank, only `[%|a-zA-Z0-9_-]` (so never
 /// a path), at most 127 chars (255 for retry and DLQ topics).
 pub fn check_topic_name(topic: &str) -> Result<()> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-');
+    // Every put checks its topic: the common case (allowed bytes, within the shorter limit) in one pass.
+    if !topic.is_empty() && topic.len() <= TOPIC_MAX_LEN && topic.bytes().all(allowed) {
+        return Ok(());
+    }
     let bad = |reason: String| Err(Error::InvalidTopic { topic: topic.to_owned(), reason });
     if topic.trim().is_empty() {
         return bad("the topic is blank".into());
@@ -152,5 +157,17 @@ mod tests {
         assert!(is_system_topic("rmq_sys_wheel_timer"));
         assert!(is_system_topic("TBW102"));
         assert!(!is_system_topic("TopicTest"));
+    }
+
+    proptest::proptest! {
+        /// The one-pass check accepts exactly what the rules accept (short and long names, retry prefixes,
+        /// blanks, bytes around the allowed set, multi-byte chars).
+        #[test]
+        fn topic_names_follow_the_rules(topic in "(%RETRY%|%DLQ%)?[a-zA-Z0-9%|_ ./\t\\-é]{0,300}") {
+            let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-');
+            let limit = if topic.starts_with(RETRY_PREFIX) || topic.starts_with(DLQ_PREFIX) { 255 } else { 127 };
+            let rules = !topic.is_empty() && topic.chars().all(allowed) && topic.len() <= limit;
+            proptest::prop_assert_eq!(check_topic_name(&topic).is_ok(), rules);
+        }
     }
 }
