@@ -61,13 +61,20 @@ CHILD = textwrap.dedent(
 )
 
 
+def ahead_made(root: Path) -> bool:
+    names = segments(root)
+    return len(names) == 2 and (root / "commitlog" / names[1]).stat().st_size == SEGMENT
+
+
 def test_a_killed_writer_leaves_the_segment_made_ahead_and_the_next_open_removes_it(tmp_path: Path) -> None:
     root = tmp_path / "store"
     argv = [sys.executable, "-c", CHILD, str(root), str(SEGMENT)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child:
         try:
             assert child.stdout is not None and child.stdout.readline() == "acked\n"
-            wait_for("the next segment is made", lambda: len(segments(root)) == 2)
+            # Made: the file is there at its full size (a kill between its creation and its sizing leaves an
+            # empty file, which the next open removes as an interrupted creation).
+            wait_for("the next segment is made", lambda: ahead_made(root))
         finally:
             os.kill(child.pid, signal.SIGKILL)
     first, ahead = segments(root)
