@@ -146,7 +146,11 @@ pub struct RecoveryReport {
 impl RecoveryReport {
     /// Records that `cq` was cut and rebuilt from the commitlog, and why.
     pub(crate) fn rebuilt_queue(&mut self, cq: &ConsumeQueue, why: String) {
-        self.rebuilt_queues.push(format!("{}/{}", cq.topic(), cq.queue_id()));
+        self.rebuilt_queue_id(cq.topic(), cq.queue_id(), why);
+    }
+
+    pub(crate) fn rebuilt_queue_id(&mut self, topic: &str, queue_id: i32, why: String) {
+        self.rebuilt_queues.push(format!("{topic}/{queue_id}"));
         self.rebuilt_reasons.push(why);
     }
 }

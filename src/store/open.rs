@@ -263,6 +263,22 @@ impl MessageStore {
                 }
             }
         }
+        if !unclean_shutdown {
+            for lost in missing_tails(&queues, &commitlog, min, end)? {
+                lower(&mut repaired_frontier, lost.redo_from);
+                let name = format!("{}/{}", lost.topic, lost.queue_id);
+                if recovery.rebuilt_queues.contains(&name) {
+                    continue; // cut above, which said why
+                }
+                let why = format!(
+                    "the consume queue ends at queue offset {} after a clean close while the commitlog holds a \
+                     message of the queue after its last entry (queue offset {}, commitlog offset {}): entries \
+                     lost, dispatched again from there",
+                    lost.next, lost.queue_offset, lost.offset
+                );
+                recovery.rebuilt_queue_id(&lost.topic, lost.queue_id, why);
+            }
+        }
         for (cq, q0, found) in missing_heads(&queues, &commitlog)? {
             cq.truncate_to(0)?;
             lower(&mut repaired_frontier, min);
@@ -442,6 +458,76 @@ fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels
 
 /// A queue whose first files are missing, its first remaining queue offset, and the message found before it
 /// (commitlog offset, queue offset).
+/// How far back from the end of the log an open after a clean close looks for messages missing from the end
+/// of their consume queues ([`missing_tails`]).
+const TAIL_SCAN: u64 = 64 << 20;
+
+/// A queue whose newest consume-queue entries are gone: the first record of it past its end.
+struct MissingTail {
+    topic: String,
+    queue_id: i32,
+    /// The queue's next queue offset as its consume queue has it.
+    next: u64,
+    /// The first record of the queue past its last entry (its queue offset and commitlog offset).
+    queue_offset: u64,
+    offset: u64,
+    /// Where dispatch must start again to bring every lost message back: `offset` when its queue offset is
+    /// the queue's next one, otherwise (messages of the queue before the part read) the end of the queue's
+    /// last entry.
+    redo_from: u64,
+}
+
+/// After a clean close every message is in its consume queue, so a queue's consume queue ending before a
+/// message of the queue that the log holds has lost its newest entries (zeroed or cut off after the close):
+/// left so, the next put would hand out their queue offsets again and their messages would never be read.
+/// Reads the records from where the first queue ends (at most the last [`TAIL_SCAN`] bytes of the log) and
+/// returns, per queue, the first message past the record of its last entry (queues without a consume queue
+/// are passed over: a deleted topic leaves its records in the log). PREPARED and ROLLBACK records take no queue offset and are passed over.
+fn missing_tails(queues: &ConsumeQueueStore, log: &CommitLog, min: u64, end: u64) -> Result<Vec<MissingTail>> {
+    let all = queues.all();
+    let first_end = all.iter().map(|cq| last_entry_end(cq, min, end)).min().unwrap_or(min);
+    let from = first_end.max(end.saturating_sub(TAIL_SCAN)).max(min);
+    if from >= end {
+        return Ok(Vec::new());
+    }
+    // Per queue: its next queue offset and where its last entry's record ends; None once reported.
+    type Ends = std::collections::HashMap<(Vec<u8>, i32), Option<(u64, u64)>>;
+    let mut next: Ends = all
+        .iter()
+        .map(|cq| {
+            ((cq.topic().as_bytes().to_vec(), cq.queue_id()), Some((cq.max_offset(), last_entry_end(cq, min, end))))
+        })
+        .collect();
+    let mut found = Vec::new();
+    super::index_check::each_record(log, from, end, &mut |rec| {
+        let h = &rec.header;
+        if !h.transaction_type().takes_queue_offset() || h.queue_offset < 0 {
+            return Ok(rec.offset() < end);
+        }
+        let topic = h.topic(rec.bytes());
+        // A queue without a consume queue is left alone: its topic may have been deleted (RocketMQ's
+        // `deleteTopics` removes the consume queues and leaves the records to retention).
+        let Some(slot) = next.get_mut(&(topic.to_vec(), h.queue_id)) else { return Ok(rec.offset() < end) };
+        if let Some((n, frontier)) = *slot {
+            // Past the queue's last entry, so in no entry of it (a damaged QUEUEOFFSET does not matter here).
+            if rec.offset() >= frontier {
+                let queue_offset = h.queue_offset as u64;
+                found.push(MissingTail {
+                    topic: crate::java::decode_utf8_lossy(topic).into_owned(),
+                    queue_id: h.queue_id,
+                    next: n,
+                    queue_offset,
+                    offset: rec.offset(),
+                    redo_from: if queue_offset == n { rec.offset() } else { frontier },
+                });
+                *slot = None;
+            }
+        }
+        Ok(rec.offset() < end)
+    })?;
+    Ok(found)
+}
+
 type MissingHead = (std::sync::Arc<ConsumeQueue>, u64, (u64, i64));
 
 /// Queues whose first consume-queue files are missing: the first file starts at queue offset `q0` > 0 and its
