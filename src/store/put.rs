@@ -299,35 +299,51 @@ impl MessageStore {
         let now = now_ms();
         let uniq = self.uniq_key(msg.properties, now);
         let wait = if msg.wait_store_msg_ok { "true" } else { "false" };
-        if msg.properties.is_empty() {
+        let mut props = Scratch::take(256);
+        let (topic, queue_id, tran) = if msg.properties.is_empty() {
             // No properties of the producer's own: not a half message, no delay, a generated UNIQ_KEY.
-            let uniq = uniq.unwrap_or_default();
             let cluster = config.broker.broker_cluster_name.as_deref();
-            let mut props = Scratch::take(256);
-            write_plain_properties(&mut props.0, msg.tags, msg.keys, wait, &uniq, cluster);
-            let props = strip_if_crc(&props.0, config.commit_log.enabled_append_prop_crc);
-            let input = EncodeInput {
-                topic: msg.topic,
-                queue_id: msg.queue_id,
-                flag: msg.flag,
-                body: msg.body,
-                properties: &props,
-                sys_flag: msg.sys_flag | msg.transaction.bits(),
-                born_timestamp: msg.born_timestamp.unwrap_or(now),
-                born_host: msg.born_host,
-                store_host: config.broker.store_host,
-                store_timestamp: now,
-                reconsume_times: msg.reconsume_times,
-                prepared_transaction_offset: msg.prepared_transaction_offset,
-                queue_offset: 0,
-                physical_offset: 0,
-            };
-            return self.append_one(&input, msg.transaction, uniq, msg.wait_store_msg_ok);
-        }
+            let u = uniq.as_deref().unwrap_or_default();
+            write_plain_properties(&mut props.0, msg.tags, msg.keys, wait, u, cluster);
+            (msg.topic, msg.queue_id, msg.transaction)
+        } else {
+            self.broker_properties(msg, wait, uniq.as_deref(), &mut props.0)?
+        };
+        let props = strip_if_crc(&props.0, config.commit_log.enabled_append_prop_crc);
+        let input = EncodeInput {
+            topic,
+            queue_id,
+            flag: msg.flag,
+            body: msg.body,
+            properties: &props,
+            sys_flag: msg.sys_flag | tran.bits(),
+            born_timestamp: msg.born_timestamp.unwrap_or(now),
+            born_host: msg.born_host,
+            store_host: config.broker.store_host,
+            store_timestamp: now,
+            reconsume_times: msg.reconsume_times,
+            prepared_transaction_offset: msg.prepared_transaction_offset,
+            queue_offset: 0,
+            physical_offset: 0,
+        };
+        self.append_one(&input, tran, uniq.unwrap_or_default(), msg.wait_store_msg_ok)
+    }
+
+    /// The broker's property map of a put that carries properties of its own, written to `out` in its
+    /// iteration order, and where the message goes: a half message to the half topic's queue 0, a delayed one
+    /// to the schedule topic's queue of its level.
+    fn broker_properties<'a>(
+        &self,
+        msg: &PutMessage<'a>,
+        wait: &str,
+        uniq: Option<&str>,
+        out: &mut Vec<u8>,
+    ) -> Result<(&'a str, i32, TransactionType)> {
+        let config = &self.config;
         let (level_text, qid_text, real_qid): (String, String, String);
         // As a broker: the producer's HashMap(16) string is parsed into HashMap(128), CLUSTER is added, and
         // the map is serialized again.
-        let mut client = client_property_order(msg.tags, msg.keys, Some(wait), msg.properties, uniq.as_deref());
+        let mut client = client_property_order(msg.tags, msg.keys, Some(wait), msg.properties, uniq);
         if let Some(cluster) = config.broker.broker_cluster_name.as_deref() {
             // The broker always sets its own cluster name (`SendMessageProcessor`), keeping the entry's position.
             match client.iter_mut().find(|(n, _)| *n == keys::CLUSTER) {
@@ -371,27 +387,8 @@ impl MessageStore {
             properties::sort_hashmap_order(&mut client, BROKER_MAP_CAPACITY);
             (topic, queue_id) = (SCHEDULE_TOPIC, level - 1);
         }
-        let mut props = Scratch::take(256);
-        properties::write_properties(&mut props.0, client.iter().copied());
-        drop(client); // it borrows `uniq`, which the result takes
-        let props = strip_if_crc(&props.0, config.commit_log.enabled_append_prop_crc);
-        let input = EncodeInput {
-            topic,
-            queue_id,
-            flag: msg.flag,
-            body: msg.body,
-            properties: &props,
-            sys_flag: msg.sys_flag | tran.bits(),
-            born_timestamp: msg.born_timestamp.unwrap_or(now),
-            born_host: msg.born_host,
-            store_host: config.broker.store_host,
-            store_timestamp: now,
-            reconsume_times: msg.reconsume_times,
-            prepared_transaction_offset: msg.prepared_transaction_offset,
-            queue_offset: 0,
-            physical_offset: 0,
-        };
-        self.append_one(&input, tran, uniq.unwrap_or_default(), msg.wait_store_msg_ok)
+        properties::write_properties(out, client.iter().copied());
+        Ok((topic, queue_id, tran))
     }
 
     /// Stores a batch (RocketMQ's traditional batch): one record per item, consecutive queue offsets, one
