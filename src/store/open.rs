@@ -456,8 +456,6 @@ fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels
     bad
 }
 
-/// A queue whose first files are missing, its first remaining queue offset, and the message found before it
-/// (commitlog offset, queue offset).
 /// How far back from the end of the log an open after a clean close looks for messages missing from the end
 /// of their consume queues ([`missing_tails`]).
 const TAIL_SCAN: u64 = 64 << 20;
@@ -481,46 +479,41 @@ struct MissingTail {
 /// message of the queue that the log holds has lost its newest entries (zeroed or cut off after the close):
 /// left so, the next put would hand out their queue offsets again and their messages would never be read.
 /// Reads the records from where the first queue ends (at most the last [`TAIL_SCAN`] bytes of the log) and
-/// returns, per queue, the first message past the record of its last entry (queues without a consume queue
-/// are passed over: a deleted topic leaves its records in the log). PREPARED and ROLLBACK records take no queue offset and are passed over.
+/// returns, per queue, the first message past the record of its last entry. Queues without a consume queue are
+/// passed over (a deleted topic leaves its records in the log), and so are PREPARED and ROLLBACK records, which
+/// take no queue offset.
 fn missing_tails(queues: &ConsumeQueueStore, log: &CommitLog, min: u64, end: u64) -> Result<Vec<MissingTail>> {
-    let all = queues.all();
-    let first_end = all.iter().map(|cq| last_entry_end(cq, min, end)).min().unwrap_or(min);
+    // Per topic and queue: the queue's next queue offset and where its last entry's record ends. A queue
+    // leaves the map once reported.
+    let mut ends: std::collections::HashMap<Vec<u8>, std::collections::HashMap<i32, (u64, u64)>> =
+        std::collections::HashMap::new();
+    for cq in queues.all() {
+        let at = (cq.max_offset(), last_entry_end(&cq, min, end));
+        ends.entry(cq.topic().as_bytes().to_vec()).or_default().insert(cq.queue_id(), at);
+    }
+    let first_end = ends.values().flat_map(|q| q.values()).map(|&(_, e)| e).min().unwrap_or(min);
     let from = first_end.max(end.saturating_sub(TAIL_SCAN)).max(min);
     if from >= end {
         return Ok(Vec::new());
     }
-    // Per queue: its next queue offset and where its last entry's record ends; None once reported.
-    type Ends = std::collections::HashMap<(Vec<u8>, i32), Option<(u64, u64)>>;
-    let mut next: Ends = all
-        .iter()
-        .map(|cq| {
-            ((cq.topic().as_bytes().to_vec(), cq.queue_id()), Some((cq.max_offset(), last_entry_end(cq, min, end))))
-        })
-        .collect();
     let mut found = Vec::new();
     super::index_check::each_record(log, from, end, &mut |rec| {
         let h = &rec.header;
-        if !h.transaction_type().takes_queue_offset() || h.queue_offset < 0 {
-            return Ok(rec.offset() < end);
-        }
         let topic = h.topic(rec.bytes());
-        // A queue without a consume queue is left alone: its topic may have been deleted (RocketMQ's
-        // `deleteTopics` removes the consume queues and leaves the records to retention).
-        let Some(slot) = next.get_mut(&(topic.to_vec(), h.queue_id)) else { return Ok(rec.offset() < end) };
-        if let Some((n, frontier)) = *slot {
-            // Past the queue's last entry, so in no entry of it (a damaged QUEUEOFFSET does not matter here).
-            if rec.offset() >= frontier {
+        let queue = ends.get_mut(topic).filter(|_| h.transaction_type().takes_queue_offset() && h.queue_offset >= 0);
+        // Past the queue's last entry, so in no entry of it (a damaged QUEUEOFFSET does not matter here).
+        if let Some(queue) = queue {
+            if let Some(&(next, frontier)) = queue.get(&h.queue_id).filter(|&&(_, f)| rec.offset() >= f) {
                 let queue_offset = h.queue_offset as u64;
                 found.push(MissingTail {
                     topic: crate::java::decode_utf8_lossy(topic).into_owned(),
                     queue_id: h.queue_id,
-                    next: n,
+                    next,
                     queue_offset,
                     offset: rec.offset(),
-                    redo_from: if queue_offset == n { rec.offset() } else { frontier },
+                    redo_from: if queue_offset == next { rec.offset() } else { frontier },
                 });
-                *slot = None;
+                queue.remove(&h.queue_id);
             }
         }
         Ok(rec.offset() < end)
@@ -528,6 +521,8 @@ fn missing_tails(queues: &ConsumeQueueStore, log: &CommitLog, min: u64, end: u64
     Ok(found)
 }
 
+/// A queue whose first files are missing, its first remaining queue offset, and the message found before it
+/// (commitlog offset, queue offset).
 type MissingHead = (std::sync::Arc<ConsumeQueue>, u64, (u64, i64));
 
 /// Queues whose first consume-queue files are missing: the first file starts at queue offset `q0` > 0 and its

@@ -67,7 +67,7 @@ pub fn check_topic_name(topic: &str) -> Result<()> {
     if topic.trim().is_empty() {
         return bad("the topic is blank".into());
     }
-    if let Some(c) = topic.chars().find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-'))) {
+    if let Some(c) = topic.chars().find(|&c| !u8::try_from(c).is_ok_and(allowed)) {
         return bad(format!("character {c:?} is not allowed; topics may only use [%|a-zA-Z0-9_-]"));
     }
     let retry = topic.starts_with(RETRY_PREFIX) || topic.starts_with(DLQ_PREFIX);
