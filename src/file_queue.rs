@@ -35,8 +35,8 @@ pub struct FileQueue {
 impl FileQueue {
     /// Opens (creating the directory if needed) and maps every segment in `dir`.
     ///
-    /// Like RocketMQ, an empty last file (left by an interrupted creation) is deleted. Every other file must be
-    /// exactly `file_size` bytes, carry a numeric name, and follow its predecessor without a gap.
+    /// Like RocketMQ, an empty last file (left by an interrupted creation) is deleted; so is a last file cut short
+    /// that holds only zeros ([`interrupted_creation`]). Every other file must be exactly `file_size` bytes, carry a numeric name, and follow its predecessor without a gap.
     pub fn load(dir: &Path, file_size: u64) -> Result<Self> {
         Self::load_in(Storage::Disk, dir, file_size)
     }
@@ -66,14 +66,12 @@ impl FileQueue {
             names.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
         }
         names.sort();
-        if let Some((_, last)) = names.last() {
-            let len = std::fs::metadata(last).map_err(|e| Error::io(last, e))?.len();
-            if len == 0 {
-                if !overlay {
-                    std::fs::remove_file(last).map_err(|e| Error::io(last, e))?;
-                }
-                names.pop();
+        let paths: Vec<&Path> = names.iter().map(|(_, p)| p.as_path()).collect();
+        if let Some(last) = interrupted_creation(&paths, file_size)? {
+            if !overlay {
+                remove_durably(last)?;
             }
+            names.pop();
         }
         let lens = names
             .iter()
@@ -369,6 +367,53 @@ impl SegmentCache {
     }
 }
 
+/// The newest of `files` (a directory's fixed-size files, sorted by name) when its creation was cut short and it
+/// holds nothing, so that an open can remove it: 0 bytes (the process died before its length was set), or
+/// shorter than `file_size` with no byte but zeros while every other file has the full size. The second is
+/// what a power loss or a kernel crash in the middle of claiming its space leaves: ext4 grows the length of a
+/// file being allocated in steps of up to 128 MiB, each in a journal transaction of its own, and a file is used
+/// only once its full length is synced ([`crate::mmap::MappedFile::create`]), so no byte was ever written to
+/// it. A short file with any other byte, or beside other files of another size (a store opened with a segment
+/// size it was not written with), is not this and is left for the size checks to refuse. Reads the file
+/// (only its data extents, [`crate::mmap::data_ranges`]); changes nothing.
+pub fn interrupted_creation<'a>(files: &[&'a Path], file_size: u64) -> Result<Option<&'a Path>> {
+    let Some((&last, others)) = files.split_last() else { return Ok(None) };
+    let len = std::fs::metadata(last).map_err(|e| Error::io(last, e))?.len();
+    if len == 0 {
+        return Ok(Some(last));
+    }
+    if len >= file_size {
+        return Ok(None);
+    }
+    for p in others {
+        if std::fs::metadata(p).map_err(|e| Error::io(p, e))?.len() != file_size {
+            return Ok(None);
+        }
+    }
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(last).map_err(|e| Error::io(last, e))?;
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    let mut buf = vec![0u8; (1 << 20).min(len)];
+    for (from, to) in crate::mmap::data_ranges(&file, 0, len) {
+        let mut at = from;
+        while at < to {
+            let chunk = &mut buf[..(to - at).min(1 << 20)];
+            file.read_exact_at(chunk, at as u64).map_err(|e| Error::io(last, e))?;
+            if chunk.iter().any(|&b| b != 0) {
+                return Ok(None);
+            }
+            at += chunk.len();
+        }
+    }
+    Ok(Some(last))
+}
+
+/// Removes `path` and syncs its directory, so that the removal survives a power loss.
+pub fn remove_durably(path: &Path) -> Result<()> {
+    std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+    path.parent().map_or(Ok(()), crate::mmap::sync_dir)
+}
+
 /// A file of a directory of fixed-size files whose size differs from its siblings': damage, named by file and
 /// the offset where its data ends (or where the extension begins).
 pub fn size_damage(path: &Path, start: u64, len: u64, file_size: u64) -> Error {
@@ -396,6 +441,34 @@ mod tests {
         assert_eq!(parse_file_name("abc"), None);
         assert_eq!(parse_file_name("-1"), None);
         assert_eq!(parse_file_name(""), None);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_short_newest_file_of_zeros_is_an_interrupted_creation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |n: u64| dir.path().join(file_name(n));
+        let write = |n: u64, bytes: &[u8]| std::fs::write(path(n), bytes).unwrap();
+        write(0, &[7u8; 4096]);
+        let (full, short) = (path(0), path(4096));
+        let check = |bytes: &[u8]| {
+            write(4096, bytes);
+            crate::file_queue::interrupted_creation(&[full.as_path(), short.as_path()], 4096).unwrap().is_some()
+        };
+        assert!(check(&[]), "empty");
+        assert!(check(&[0u8; 1]) && check(&[0u8; 2048]) && check(&[0u8; 4095]), "short, all zeros");
+        let mut one = [0u8; 4095];
+        one[4094] = 1;
+        assert!(!check(&one), "a byte of data");
+        assert!(!check(&[0u8; 4096]), "full length");
+        assert!(!check(&[0u8; 5000]), "longer");
+        write(0, &[7u8; 8192]);
+        assert!(!check(&[0u8; 2048]), "beside a file of another size");
+        assert_eq!(interrupted_creation(&[short.as_path()], 4096).unwrap(), Some(short.as_path()), "the only file");
+        assert_eq!(interrupted_creation(&[], 4096).unwrap(), None);
+        let after = FileQueue::load(dir.path(), 8192).unwrap();
+        assert_eq!(after.files().len(), 1, "load removed the short file of zeros");
+        assert!(!short.exists());
     }
 
     #[test]

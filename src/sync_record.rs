@@ -8,7 +8,9 @@
 //!   independently for every page of every file: write-back reaches the disk in any order and any subset.
 //! - A sync of a file makes its content durable: an msync of a mapped range ([`crate::mmap::MappedFile`]
 //!   `flush_range` / `flush`) the pages overlapping the range, an fsync / fdatasync the whole file. The file's
-//!   length becomes durable with the sync too; before the first one it is the newest length or 0.
+//!   length becomes durable with the sync too; before the first one it is the newest length, 0, or a length in
+//!   between (a file whose space was being claimed: ext4's `fallocate` grows the length in steps, each in a
+//!   journal transaction of its own).
 //! - A sync of a file does not make its directory entry durable. Creating, removing or renaming an entry
 //!   becomes durable when its directory is synced ([`crate::mmap::sync_dir`]); until then the entry may be found
 //!   in its old state or its new one (a removed file with its durable content; a created one, per page, as any
@@ -283,6 +285,8 @@ pub struct ImageStats {
     pub page_choices: u64,
     /// Of those, pages that got their newest version.
     pub newest_pages: u64,
+    /// Files never synced that got a length between 0 and their newest one.
+    pub short_files: u64,
 }
 
 /// A small seeded generator (SplitMix64) so images are reproducible from their seed.
@@ -367,6 +371,12 @@ fn file_image(durable: &Durable, newest: Option<&[u8]>, rng: &mut Rng, stats: &m
     let len = match newest {
         None => old_len,
         Some(n) if n.len() == old_len => old_len,
+        Some(n) if durable.len.is_none() && n.len() > PAGE && rng.below(3) == 0 => {
+            // Never synced: a length on the way to the newest one, as a file whose space was being claimed
+            // (ext4's `fallocate` grows the length in steps, each its own journal transaction).
+            stats.short_files += 1;
+            (1 + rng.below(n.len().div_ceil(PAGE) as u64 - 1) as usize) * PAGE
+        }
         Some(n) => {
             if rng.coin() {
                 n.len()

@@ -227,6 +227,7 @@ struct Totals {
     events: u64,
     page_choices: u64,
     entry_choices: u64,
+    short_files: u64,
     survived_beyond_ack: u64,
 }
 
@@ -267,6 +268,7 @@ fn run_mode(mode: FlushDiskType, base_seed: u64) -> Totals {
                 totals.images += 1;
                 totals.page_choices += stats.page_choices;
                 totals.entry_choices += stats.entry_choices;
+                totals.short_files += stats.short_files;
                 let checked =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_image(&dir, mode, &written, acked)))
                         .unwrap_or_else(|p| {

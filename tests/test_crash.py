@@ -343,6 +343,61 @@ def test_empty_last_segment_is_removed(store_dir: Path) -> None:
         assert [m.commitlog_offset for m in store.scan()] == offsets
 
 
+def _next_file(store_dir: Path, kind: str) -> tuple[Path, int]:
+    """Where the next file of `kind` would be made, and the size files of that directory have under SMALL."""
+    if kind == "index":
+        return store_dir / "index" / "29991231235959999", 40 + 512 * 4 + 2048 * 20
+    if kind == "commitlog":
+        d, size = store_dir / "commitlog", SEGMENT
+    else:
+        d, size = store_dir / "consumequeue" / "T" / "0", 6000
+    return d / f"{int(sorted(d.iterdir())[-1].name) + size:020d}", size
+
+
+def _keyed_messages(store_dir: Path, count: int) -> list[int]:
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        return [store.put("T", b"m%02d" % i + b"x" * 47, keys=f"k{i}").wrote_offset for i in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["commitlog", "consumequeue", "index"])
+@pytest.mark.parametrize("part", ["one byte", "half", "all but one byte"])
+def test_a_short_newest_file_of_zeros_is_removed(store_dir: Path, kind: str, part: str) -> None:
+    # A power loss while a new file's space was being claimed leaves it shorter than its siblings and all zeros
+    # (ext4 grows the length of a file being allocated in steps, each in a journal transaction of its own); the
+    # file is used only once its full length is synced, so it holds nothing. RocketMQ refuses to start on it.
+    offsets = _keyed_messages(store_dir, 10)
+    short, size = _next_file(store_dir, kind)
+    short.write_bytes(bytes({"one byte": 1, "half": size // 2, "all but one byte": size - 1}[part]))
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        assert not short.exists()
+        assert [m.commitlog_offset for m in store.scan()] == offsets
+        assert len(store.get_message("g", "T", 0, 0, 32).messages) == 10
+        assert [m.commitlog_offset for m in store.query_message("T", "k7", 32).messages] == [offsets[7]]
+        more = store.put("T", b"after", keys="k10").wrote_offset
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        assert [m.commitlog_offset for m in store.scan()] == [*offsets, more]
+        assert [m.commitlog_offset for m in store.query_message("T", "k10", 32).messages] == [more]
+
+
+@pytest.mark.parametrize("kind", ["commitlog", "consumequeue", "index"])
+def test_a_short_newest_file_with_data_is_refused_and_a_reader_removes_nothing(store_dir: Path, kind: str) -> None:
+    _keyed_messages(store_dir, 10)
+    short, size = _next_file(store_dir, kind)
+    data = bytearray(size // 2)
+    data[random.randrange(len(data))] = 1
+    short.write_bytes(bytes(data))
+    before = snapshot(store_dir)
+    with pytest.raises(rmq.CorruptionError, match="truncated") as info:
+        rmq.MessageStore(store_dir, SMALL)
+    assert info.value.path == str(short)
+    assert snapshot(store_dir) == before
+    short.write_bytes(bytes(size // 2))  # zeros: an interrupted creation, which a read-only open leaves in place
+    before = snapshot(store_dir)
+    with rmq.MessageStore(store_dir, SMALL, read_only=True) as store:
+        assert len(store.get_message("g", "T", 0, 0, 32).messages) == 10
+    assert snapshot(store_dir) == before
+
+
 # --- damaged directories: refused, and left as they were -------------------------------------------------
 
 

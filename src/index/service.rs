@@ -179,16 +179,15 @@ impl IndexService {
             }
         }
         names.sort();
-        // A newest file of 0 bytes was being created when the process died (before its length was set): it holds
-        // nothing, so it goes, as an empty last segment does in `FileQueue::load`.
-        if let Some(last) = names.last() {
-            let path = dir.join(last);
-            if std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len() == 0 {
-                if !overlay {
-                    std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-                }
-                names.pop();
+        // A newest file whose creation was cut short (0 bytes, or short and all zeros) holds nothing, so it goes,
+        // as such a last segment does in `FileQueue::load`.
+        let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        if let Some(last) = crate::file_queue::interrupted_creation(&refs, cfg.file_size())? {
+            if !overlay {
+                crate::file_queue::remove_durably(last)?;
             }
+            names.pop();
         }
         let lens = names
             .iter()
