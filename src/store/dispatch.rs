@@ -85,6 +85,9 @@ pub struct DispatchRound {
     pub parallel_index: bool,
 }
 
+/// How far past the record being dispatched the dispatcher asks the CPU to load the log (the next few records).
+const DISPATCH_PREFETCH: u64 = 1024;
+
 /// Rounds of at least this many records, over at least [`PARALLEL_MIN_BYTES`] of commitlog, build the
 /// index on a second thread while the dispatching thread parses records and writes consume-queue entries
 /// (the two write different files and each stays in commitlog order). Smaller rounds (a few puts at a time)
@@ -339,6 +342,7 @@ impl Dispatcher<'_> {
         let mut arrivals: HashMap<usize, Arrival> = HashMap::new();
         let mut topics = RoundTopics::default();
         let mut cursor = log.cursor(from.max(log.min_offset()), end);
+        let mut prefetched = 0u64;
         while round.records < max_records && !sink.failed() {
             let at = cursor.offset();
             let (file, reason) = match cursor.next() {
@@ -351,6 +355,14 @@ impl Dispatcher<'_> {
                     let h = &rec.header;
                     let record = rec.bytes();
                     let size = h.total_size as u64;
+                    // The records after this one, into the CPU's caches while this one is dispatched: the putting
+                    // thread wrote them on another core moments ago, and each of their lines is a miss.
+                    let ahead = (at + size + DISPATCH_PREFETCH).min(end).min(rec.file.end());
+                    let from = prefetched.max(at + size);
+                    if from < ahead {
+                        rec.file.prefetch((from - rec.file.start()) as usize, (ahead - from) as usize);
+                        prefetched = ahead;
+                    }
                     let topic_bytes = h.topic(record);
                     let props = StoreProps::of(h.properties(record));
                     let code = tags_code_of(topic_bytes, props.tags, props.delay, h.store_timestamp, self.delay_levels);
