@@ -466,6 +466,25 @@ impl MappedFile {
         let _ = single;
     }
 
+    /// Whether faults on the mapping bring pages into the page cache as 2 MiB folios from the first one
+    /// (`true`: `MADV_HUGEPAGE`) or not (`false`: `MADV_NOHUGEPAGE`). Without the advice the kernel sizes a fresh
+    /// file's folios by its read-ahead, which grows them step by step (16 KiB, 64 KiB, 256 KiB, 1 MiB, 2 MiB):
+    /// the first tens of MiB of every new commitlog segment were mapped by 4 KiB page-table entries, and the
+    /// write-back of each such page sends a TLB-shootdown interrupt to the other CPUs running the process (a
+    /// 2 MiB folio mapped whole costs one). For the segment a fast writer fills under ASYNC_FLUSH
+    /// ([`crate::commitlog::CommitLog::warm_round`]); with the advice, `MADV_RANDOM` no longer makes single
+    /// pages, so a slow writer's round takes it off first. Best effort: kernels without transparent huge pages
+    /// keep their default; no byte changes.
+    pub fn fault_large_folios(&self, large: bool) {
+        #[cfg(target_os = "linux")]
+        if let (Some(_), Storage::Disk) = (&self.file, self.storage) {
+            let advice = if large { memmap2::Advice::HugePage } else { memmap2::Advice::NoHugePage };
+            let _ = self.map.advise(advice);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = large;
+    }
+
     /// Starts writing back the dirty pages of bytes `[pos, pos + len)` and waits for it, without making
     /// anything durable (`sync_file_range`, no `fdatasync`): the warm service's conversion, under SYNC_FLUSH,
     /// of the pages it faulted in (zeros) from claimed-but-unwritten space into written blocks, so that the

@@ -843,7 +843,12 @@ impl CommitLog {
             if single {
                 // For these pages only: the advice covers the whole mapping, and the writer, far behind at this
                 // pace, faults in none of its own.
+                file.fault_large_folios(false);
                 file.fault_single_pages(true);
+            } else if self.cfg.flush_disk_type == FlushDiskType::AsyncFlush {
+                // A fast writer: 2 MiB folios from the segment's first page, each mapped whole (one TLB
+                // shootdown when it is written back, not one per 4 KiB page).
+                file.fault_large_folios(true);
             }
             file.prefault((done - file.start()) as usize, (end - done) as usize);
             if single {
