@@ -458,10 +458,7 @@ impl MappedFile {
     /// leaves the kernel's default.
     pub fn fault_single_pages(&self, single: bool) {
         #[cfg(target_os = "linux")]
-        if let (Some(_), Storage::Disk) = (&self.file, self.storage) {
-            let advice = if single { memmap2::Advice::Random } else { memmap2::Advice::Normal };
-            let _ = self.map.advise(advice);
-        }
+        self.advise_on_disk(if single { memmap2::Advice::Random } else { memmap2::Advice::Normal });
         #[cfg(not(target_os = "linux"))]
         let _ = single;
     }
@@ -477,12 +474,17 @@ impl MappedFile {
     /// keep their default; no byte changes.
     pub fn fault_large_folios(&self, large: bool) {
         #[cfg(target_os = "linux")]
-        if let (Some(_), Storage::Disk) = (&self.file, self.storage) {
-            let advice = if large { memmap2::Advice::HugePage } else { memmap2::Advice::NoHugePage };
-            let _ = self.map.advise(advice);
-        }
+        self.advise_on_disk(if large { memmap2::Advice::HugePage } else { memmap2::Advice::NoHugePage });
         #[cfg(not(target_os = "linux"))]
         let _ = large;
+    }
+
+    /// `advice` for the whole mapping of a file on disk (an overlay's private copy is left alone). Best effort.
+    #[cfg(target_os = "linux")]
+    fn advise_on_disk(&self, advice: memmap2::Advice) {
+        if let (Some(_), Storage::Disk) = (&self.file, self.storage) {
+            let _ = self.map.advise(advice);
+        }
     }
 
     /// Starts writing back the dirty pages of bytes `[pos, pos + len)` and waits for it, without making

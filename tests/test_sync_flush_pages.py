@@ -29,18 +29,25 @@ def bytes_written() -> int:
     raise AssertionError("no write_bytes in /proc/self/io")
 
 
-def vm_flags(path: Path) -> set[str]:
-    """The VmFlags of this process's mapping of `path`."""
-    flags = None
+def mapping_lines(path: Path) -> list[str]:
+    """The lines /proc/self/smaps gives for this process's mapping of `path` (after its header line)."""
+    lines: list[str] | None = None
     current = None
     for line in Path("/proc/self/smaps").read_text().splitlines():
         fields = line.split()
         if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
             current = fields[5] if len(fields) > 5 else None
-        elif line.startswith("VmFlags:") and current == str(path):
-            flags = set(fields[1:])
-    assert flags is not None, f"{path} is not mapped"
-    return flags
+            if current == str(path):
+                lines = []
+        elif current == str(path) and lines is not None:
+            lines.append(line)
+    assert lines is not None, f"{path} is not mapped"
+    return lines
+
+
+def vm_flags(path: Path) -> set[str]:
+    """The VmFlags of this process's mapping of `path`."""
+    return {f for line in mapping_lines(path) if line.startswith("VmFlags:") for f in line.split()[1:]}
 
 
 def test_a_sync_flush_put_writes_back_about_its_own_pages(tmp_path: Path) -> None:
@@ -99,14 +106,7 @@ def test_under_async_flush_single_pages_are_held_only_while_the_warm_service_fau
 
 def file_pmd_mapped_kib(path: Path) -> int:
     """Of this process's mapping of `path`, the KiB mapped by 2 MiB page-table entries (FilePmdMapped)."""
-    current = None
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        fields = line.split()
-        if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
-            current = fields[5] if len(fields) > 5 else None
-        elif line.startswith("FilePmdMapped:") and current == str(path):
-            return int(fields[1])
-    raise AssertionError(f"{path} is not mapped")
+    return sum(int(line.split()[1]) for line in mapping_lines(path) if line.startswith("FilePmdMapped:"))
 
 
 def thp_off() -> bool:
