@@ -36,7 +36,8 @@ impl FileQueue {
     /// Opens (creating the directory if needed) and maps every segment in `dir`.
     ///
     /// Like RocketMQ, an empty last file (left by an interrupted creation) is deleted; so is a last file cut short
-    /// that holds only zeros ([`interrupted_creation`]). Every other file must be exactly `file_size` bytes, carry a numeric name, and follow its predecessor without a gap.
+    /// that holds only zeros ([`interrupted_creation`]). Every other file must be exactly `file_size` bytes,
+    /// carry a numeric name, and follow its predecessor without a gap.
     pub fn load(dir: &Path, file_size: u64) -> Result<Self> {
         Self::load_in(Storage::Disk, dir, file_size)
     }
@@ -66,17 +67,18 @@ impl FileQueue {
             names.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
         }
         names.sort();
+        let mut lens = names
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e)))
+            .collect::<Result<Vec<u64>>>()?;
         let paths: Vec<&Path> = names.iter().map(|(_, p)| p.as_path()).collect();
-        if let Some(last) = interrupted_creation(&paths, file_size)? {
+        if let Some(last) = interrupted_creation(&paths, &lens, file_size)? {
             if !overlay {
                 remove_durably(last)?;
             }
             names.pop();
+            lens.pop();
         }
-        let lens = names
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e)))
-            .collect::<Result<Vec<u64>>>()?;
         let any_fits = lens.contains(&file_size);
         let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
         for ((name, path), len) in names.into_iter().zip(lens) {
@@ -367,7 +369,8 @@ impl SegmentCache {
     }
 }
 
-/// The newest of `files` (a directory's fixed-size files, sorted by name) when its creation was cut short and it
+/// The newest of `files` (a directory's fixed-size files, sorted by name, of lengths `lens`) when its creation was
+/// cut short and it
 /// holds nothing, so that an open can remove it: 0 bytes (the process died before its length was set), or
 /// shorter than `file_size` with no byte but zeros while every other file has the full size. The second is
 /// what a power loss or a kernel crash in the middle of claiming its space leaves: ext4 grows the length of a
@@ -376,19 +379,13 @@ impl SegmentCache {
 /// it. A short file with any other byte, or beside other files of another size (a store opened with a segment
 /// size it was not written with), is not this and is left for the size checks to refuse. Reads the file
 /// (only its data extents, [`crate::mmap::data_ranges`]); changes nothing.
-pub fn interrupted_creation<'a>(files: &[&'a Path], file_size: u64) -> Result<Option<&'a Path>> {
-    let Some((&last, others)) = files.split_last() else { return Ok(None) };
-    let len = std::fs::metadata(last).map_err(|e| Error::io(last, e))?.len();
+pub fn interrupted_creation<'a>(files: &[&'a Path], lens: &[u64], file_size: u64) -> Result<Option<&'a Path>> {
+    let (Some(&last), Some((&len, others))) = (files.last(), lens.split_last()) else { return Ok(None) };
     if len == 0 {
         return Ok(Some(last));
     }
-    if len >= file_size {
+    if len >= file_size || others.iter().any(|&l| l != file_size) {
         return Ok(None);
-    }
-    for p in others {
-        if std::fs::metadata(p).map_err(|e| Error::io(p, e))?.len() != file_size {
-            return Ok(None);
-        }
     }
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(last).map_err(|e| Error::io(last, e))?;
@@ -451,9 +448,11 @@ mod tests {
         let write = |n: u64, bytes: &[u8]| std::fs::write(path(n), bytes).unwrap();
         write(0, &[7u8; 4096]);
         let (full, short) = (path(0), path(4096));
+        let len = |p: &Path| std::fs::metadata(p).unwrap().len();
         let check = |bytes: &[u8]| {
             write(4096, bytes);
-            crate::file_queue::interrupted_creation(&[full.as_path(), short.as_path()], 4096).unwrap().is_some()
+            let lens = [len(&full), len(&short)];
+            interrupted_creation(&[full.as_path(), short.as_path()], &lens, 4096).unwrap().is_some()
         };
         assert!(check(&[]), "empty");
         assert!(check(&[0u8; 1]) && check(&[0u8; 2048]) && check(&[0u8; 4095]), "short, all zeros");
@@ -464,8 +463,9 @@ mod tests {
         assert!(!check(&[0u8; 5000]), "longer");
         write(0, &[7u8; 8192]);
         assert!(!check(&[0u8; 2048]), "beside a file of another size");
-        assert_eq!(interrupted_creation(&[short.as_path()], 4096).unwrap(), Some(short.as_path()), "the only file");
-        assert_eq!(interrupted_creation(&[], 4096).unwrap(), None);
+        let only = interrupted_creation(&[short.as_path()], &[len(&short)], 4096).unwrap();
+        assert_eq!(only, Some(short.as_path()), "the only file");
+        assert_eq!(interrupted_creation(&[], &[], 4096).unwrap(), None);
         let after = FileQueue::load(dir.path(), 8192).unwrap();
         assert_eq!(after.files().len(), 1, "load removed the short file of zeros");
         assert!(!short.exists());

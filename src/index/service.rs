@@ -182,17 +182,18 @@ impl IndexService {
         // A newest file whose creation was cut short (0 bytes, or short and all zeros) holds nothing, so it goes,
         // as such a last segment does in `FileQueue::load`.
         let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        let mut lens = paths
+            .iter()
+            .map(|p| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e)))
+            .collect::<Result<Vec<u64>>>()?;
         let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        if let Some(last) = crate::file_queue::interrupted_creation(&refs, cfg.file_size())? {
+        if let Some(last) = crate::file_queue::interrupted_creation(&refs, &lens, cfg.file_size())? {
             if !overlay {
                 crate::file_queue::remove_durably(last)?;
             }
             names.pop();
+            lens.pop();
         }
-        let lens = names
-            .iter()
-            .map(|n| std::fs::metadata(dir.join(n)).map(|m| m.len()).map_err(|e| Error::io(dir.join(n), e)))
-            .collect::<Result<Vec<u64>>>()?;
         let size = cfg.file_size();
         if let Some((n, &len)) = names.iter().zip(&lens).find(|(_, &l)| l != size) {
             if lens.contains(&size) {
