@@ -58,19 +58,8 @@ impl FileQueue {
         if !overlay {
             crate::mmap::create_dir_durable(dir)?;
         }
-        let mut names: Vec<(String, PathBuf)> = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-            let entry = entry.map_err(|e| Error::io(dir, e))?;
-            if entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_dir() {
-                continue;
-            }
-            names.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
-        }
-        names.sort();
-        let mut lens = names
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e)))
-            .collect::<Result<Vec<u64>>>()?;
+        let (mut names, mut lens): (Vec<(String, PathBuf)>, Vec<u64>) =
+            list_segments(storage, dir, file_size)?.into_iter().map(|(n, p, l)| ((n, p), l)).unzip();
         let paths: Vec<&Path> = names.iter().map(|(_, p)| p.as_path()).collect();
         if let Some(last) = interrupted_creation(&paths, &lens, file_size)? {
             if !overlay {
@@ -80,6 +69,9 @@ impl FileQueue {
             lens.pop();
         }
         let any_fits = lens.contains(&file_size);
+        let last = names.last().and_then(|(n, _)| parse_file_name(n)).unwrap_or(0);
+        #[cfg(test)]
+        tests::RACE.with(|hook| hook.borrow_mut().as_mut().map(|f| f("measured")));
         let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
         for ((name, path), len) in names.into_iter().zip(lens) {
             let start = parse_file_name(&name).ok_or_else(|| Error::Corruption {
@@ -111,7 +103,15 @@ impl FileQueue {
                 // The other files have the configured size: this one was truncated or extended.
                 return Err(size_damage(&path, start, len, file_size));
             }
-            files.push(Arc::new(MappedFile::open_in(storage, &path, start, file_size)?));
+            match MappedFile::open_in(storage, &path, start, file_size) {
+                Ok(f) => files.push(Arc::new(f)),
+                // Gone since it was listed (see `list_segments`): retention's first files, or the last one.
+                Err(Error::Io { source, .. })
+                    if overlay
+                        && source.kind() == std::io::ErrorKind::NotFound
+                        && (files.is_empty() || start == last) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(FileQueue {
             dir: dir.to_owned(),
@@ -405,6 +405,51 @@ pub fn interrupted_creation<'a>(files: &[&'a Path], lens: &[u64], file_size: u64
     Ok(Some(last))
 }
 
+/// The files of a segment directory (subdirectories left out), in name order, with their lengths.
+///
+/// In an overlay another process may write the directory while it is read, and a listing is not a snapshot:
+/// a file created during `readdir` may be missed while a later one is listed (ext4 lists in hash order), and a
+/// listed file may be gone when its length is read (retention removing the first files, a writer removing the
+/// segment it made ahead at its close). So a name missing between two listed segments is looked for by name
+/// (in both storages: on disk it is simply not found), and in an overlay a listed file that has gone is left out.
+fn list_segments(storage: Storage, dir: &Path, file_size: u64) -> Result<Vec<(String, PathBuf, u64)>> {
+    let mut names: Vec<(String, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => continue,
+            Ok(_) => {}
+            Err(e) if storage == Storage::Overlay && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(entry.path(), e)),
+        }
+        names.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
+    }
+    names.sort();
+    #[cfg(test)]
+    tests::RACE.with(|hook| hook.borrow_mut().as_mut().map(|f| f("listed")));
+    let mut i = 1;
+    while i < names.len() {
+        let start = |k: usize| names.get(k).filter(|(n, _)| n.len() == 20).and_then(|(n, _)| parse_file_name(n));
+        if let (Some(a), Some(b)) = (start(i - 1), start(i)) {
+            let expected = a.saturating_add(file_size);
+            let (name, path) = (file_name(expected), dir.join(file_name(expected)));
+            if a.is_multiple_of(file_size) && expected < b && path.is_file() {
+                names.insert(i, (name, path));
+            }
+        }
+        i += 1;
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for (name, path) in names {
+        match std::fs::metadata(&path) {
+            Ok(m) => out.push((name, path, m.len())),
+            Err(e) if storage == Storage::Overlay && e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&path, e)),
+        }
+    }
+    Ok(out)
+}
+
 /// Removes `path` and syncs its directory, so that the removal survives a power loss.
 pub fn remove_durably(path: &Path) -> Result<()> {
     std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
@@ -428,6 +473,90 @@ pub fn size_damage(path: &Path, start: u64, len: u64, file_size: u64) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Runs while `FileQueue::load_in` reads a directory, after it "listed" the names and after it
+        /// "measured" their lengths: a test stands in for another process changing the directory then.
+        pub(super) static RACE: crate::race::Hook<dyn FnMut(&str)> = const { std::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_view_reads_a_directory_another_process_changes_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d, path) = (dir.path().to_owned(), move |n: u64| dir.path().join(file_name(n)));
+        let starts = |q: &FileQueue| q.files().iter().map(|f| f.start()).collect::<Vec<_>>();
+        let load = |storage, race: Box<dyn FnMut(&str)>| {
+            RACE.with(|h| *h.borrow_mut() = Some(race));
+            let q = FileQueue::load_in(storage, &d, 160);
+            RACE.with(|h| *h.borrow_mut() = None);
+            q
+        };
+        for n in [0, 160, 320] {
+            std::fs::write(path(n), [1u8; 160]).unwrap();
+        }
+        // A listing missed a file made during it (listed in hash order) and saw a later one: found by name.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let hidden = elsewhere.path().join("160");
+        std::fs::rename(path(160), &hidden).unwrap();
+        for storage in [Storage::Overlay, Storage::Disk] {
+            let q = load(storage, Box::new(|_| {}));
+            assert!(matches!(q, Err(Error::Corruption { .. })), "a real gap is still damage");
+        }
+        let (h, back) = (hidden.clone(), path(160));
+        let q = load(
+            Storage::Overlay,
+            Box::new(move |stage| {
+                if stage == "listed" && h.exists() {
+                    std::fs::rename(&h, &back).unwrap();
+                }
+            }),
+        )
+        .unwrap();
+        assert_eq!(starts(&q), [0, 160, 320]);
+        // Files gone after the listing (retention removed the first, the writer its segment made ahead) are
+        // left out of a view; on disk (the store's lock keeps others out) it is an error, as before.
+        for stage in ["listed", "measured"] {
+            for gone in [0, 320] {
+                let p = path(gone);
+                let q = load(
+                    Storage::Overlay,
+                    Box::new(move |s| {
+                        if s == stage {
+                            std::fs::remove_file(&p).unwrap();
+                        }
+                    }),
+                )
+                .unwrap_or_else(|e| panic!("{stage} {gone}: {e}"));
+                let want: Vec<u64> = [0, 160, 320].into_iter().filter(|&s| s != gone).collect();
+                assert_eq!(starts(&q), want, "{stage} {gone}");
+                drop(q);
+                std::fs::write(path(gone), [1u8; 160]).unwrap();
+            }
+        }
+        let p = path(320);
+        let q = load(
+            Storage::Disk,
+            Box::new(move |s| {
+                if s == "measured" {
+                    std::fs::remove_file(&p).unwrap();
+                }
+            }),
+        );
+        assert!(matches!(q, Err(Error::Io { .. })), "{q:?}");
+        std::fs::write(path(320), [1u8; 160]).unwrap();
+        // A file gone from the middle is damage in a view too.
+        let p = path(160);
+        let q = load(
+            Storage::Overlay,
+            Box::new(move |s| {
+                if s == "listed" {
+                    std::fs::remove_file(&p).unwrap();
+                }
+            }),
+        );
+        assert!(matches!(q, Err(Error::Corruption { .. })), "{q:?}");
+    }
 
     #[test]
     fn names() {

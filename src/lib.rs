@@ -26,3 +26,10 @@ mod py;
 pub use config::StoreConfig;
 pub use error::{Error, Result};
 pub use store::{MessageStore, PutMessage, PutResult};
+
+/// Seams for unit tests that provoke a race: code another process would run at a given instant.
+#[cfg(test)]
+pub(crate) mod race {
+    /// A thread-local slot for the code, `F` a `dyn FnMut(..)`; empty outside the test that sets it.
+    pub(crate) type Hook<F> = std::cell::RefCell<Option<Box<F>>>;
+}

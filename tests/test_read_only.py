@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -341,3 +342,70 @@ def test_a_queue_the_writer_creates_after_the_view_opened_is_read_whole(tmp_path
             view.refresh()
             r = view.get_message("g", "T", 0, len(bodies), 64)
             assert [(m.queue_offset, m.body) for m in r.messages] == [(len(bodies), b"last")]
+
+
+FAST_WRITER = textwrap.dedent(
+    """
+    import sys, rmq
+    root, n = sys.argv[1], int(sys.argv[2])
+    cfg = rmq.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=640,
+                          max_hash_slot_num=64, max_index_num=400)
+    with rmq.MessageStore(root, cfg) as store:
+        for i in range(n):
+            store.put("Fast", b"%06d" % i * (1 + i % 7), queue_id=i % 2, keys="F%d" % i)
+            if i == 0:
+                print("first", flush=True)
+    """
+)
+
+
+def test_opening_again_and_again_beside_a_writer_that_rolls_every_few_messages(tmp_path: Path) -> None:
+    """Every read-only open beside a live writer succeeds and serves a whole prefix, while the writer rolls a
+    commitlog segment every few messages and makes consume-queue and index files as often. Three races a CI run
+    and this loop met on main: the open read a segment's end as zeros just before the writer wrote its
+    end-of-file blank and went on in the next segment, then read those records and the consume queues pointing
+    at them, and refused the store as damaged ("nothing was written here; 14 valid record(s) follow"); a
+    directory listing made while the writer created files missed one and listed the next ("a segment is
+    missing"); and a segment the writer removed at its close was listed but gone when opened. (Each race is
+    also provoked deterministically in the Rust unit tests of `commitlog::recover`, `file_queue` and
+    `index::service`.)"""
+    root = tmp_path / "live"
+    cfg = rmq.StoreConfig(
+        mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=640, max_hash_slot_num=64, max_index_num=400
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    n = 20000  # about 600 segments, 600 consume-queue files and 50 index files, each open in both processes
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", FAST_WRITER, str(root), str(n)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    opens, longest = 0, 0
+    try:
+        assert writer.stdout is not None
+        writer.stdout.readline()
+        while writer.poll() is None or opens < 3:
+            with rmq.MessageStore(root, cfg, read_only=True) as view:
+                opens += 1
+                for q in (0, 1):
+                    top = view.get_max_offset_in_queue("Fast", q)
+                    offset = 0
+                    while offset < top:
+                        r = view.get_message("g", "Fast", q, offset, 32)
+                        assert r.messages and not r.damaged, (q, offset, top, r.status)
+                        for m in r.messages:
+                            i = 2 * m.queue_offset + q
+                            assert m.queue_offset == offset and m.body == b"%06d" % i * (1 + i % 7), (q, offset)
+                            offset += 1
+                    if top:
+                        last = 2 * (top - 1) + q
+                        hits = view.query_message("Fast", f"F{last}", 4).messages
+                        assert [m.queue_offset for m in hits] == [top - 1], (q, last)
+                    longest = max(longest, top)
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+        if writer.stdout:
+            writer.stdout.close()
+    assert opens >= 3 and longest > 0

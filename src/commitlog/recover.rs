@@ -372,7 +372,21 @@ impl CommitLog {
                 Some(Step::Partial { offset, file }) => (offset, file, "record is truncated".to_owned()),
                 Some(Step::Invalid { offset, file, reason, .. }) => (offset, file, reason),
             };
-            match self.classify(p, &file, opts, tail.nonzero_end(self, start).max(p))? {
+            #[cfg(test)]
+            tests::BEFORE_CLASSIFY.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
+            let tail = self.classify(p, &file, opts, tail.nonzero_end(self, start).max(p))?;
+            // In an overlay another process may be appending: the records and consume-queue entries just read
+            // after `p` may be newer than the zeros read at `p`. The writer commits in order, so when `p` now
+            // holds a record (or the end-of-file blank of a roll), the writer only moved the end on.
+            if tail != Tail::Clean && opts.storage == crate::mmap::Storage::Overlay {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                let now = super::cursor::at(&file, p, file.end(), self.check_options());
+                if matches!(now, Step::Record(_) | Step::Blank { .. }) {
+                    cursor.seek(p);
+                    continue;
+                }
+            }
+            match tail {
                 Tail::Clean => break p,
                 Tail::Torn => {
                     report.stop_reason = Some(reason);
@@ -657,4 +671,100 @@ fn strict_message(reason: &str, following: &[(u64, u64)]) -> String {
          was changed. Open with recovery=\"truncate\" to cut the log here as RocketMQ does (dropping what \
          follows), or recovery=\"salvage\" to skip only the damaged bytes and keep every valid record after them"
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::cell::RefCell;
+    use std::os::unix::fs::FileExt;
+    use std::path::Path;
+
+    use super::*;
+    use crate::commitlog::CommitLogConfig;
+    use crate::file_queue::file_name;
+    use crate::mmap::Storage;
+    use crate::store::{MessageStore, PutMessage};
+
+    thread_local! {
+        /// Runs when the walk has met the first position that is neither a record nor a blank, before it looks
+        /// at what follows: a test stands in for a writer appending at that instant.
+        pub(super) static BEFORE_CLASSIFY: crate::race::Hook<dyn FnMut()> = const { RefCell::new(None) };
+    }
+
+    const SEG: u64 = 4096;
+
+    /// A closed store whose log spans four 4 KiB segments; every record's (offset, size).
+    fn written(root: &Path) -> Vec<(u64, u64)> {
+        let mut cfg = crate::config::StoreConfig::default();
+        cfg.commit_log.mapped_file_size_commit_log = SEG;
+        let store = MessageStore::open(root, cfg).unwrap();
+        let mut i = 0;
+        while store.commitlog().max_offset() < 3 * SEG + SEG / 2 {
+            let body = vec![b'a' + (i % 26) as u8; 60 + i % 90];
+            store.put(&PutMessage { keys: Some("k"), ..PutMessage::new("T", (i % 2) as i32, &body) }).unwrap();
+            i += 1;
+        }
+        let (mut out, mut at) = (Vec::new(), 0);
+        while let Some((r, next)) = store.commitlog().next_record(at).unwrap() {
+            out.push((r.offset(), r.header.total_size as u64));
+            at = next;
+        }
+        store.close().unwrap();
+        out
+    }
+
+    /// Opens the log in `dir` read-only, as a view beside a live writer does (a crash is possible: the
+    /// writer's abort file is there), with the consume queues pointing up to `dispatched_end`.
+    fn open_overlay(dir: &Path, dispatched_end: u64) -> Result<OpenReport> {
+        let cfg = CommitLogConfig { mapped_file_size_commit_log: SEG, ..CommitLogConfig::default() };
+        let opts = RecoverOptions { storage: Storage::Overlay, dispatched_end, ..RecoverOptions::default() };
+        CommitLog::open_with(dir, cfg, &opts).map(|(_, report)| report)
+    }
+
+    /// Stores `[from, to)` (global offsets) of `image`, each segment's bytes by start, into the segment files.
+    fn store(dir: &Path, image: &[(u64, Vec<u8>)], from: u64, to: u64) {
+        for (start, bytes) in image {
+            let (a, b) = (from.max(*start), to.min(start + SEG));
+            if a < b {
+                let file = std::fs::OpenOptions::new().write(true).open(dir.join(file_name(*start))).unwrap();
+                file.write_all_at(&bytes[(a - start) as usize..(b - start) as usize], a - start).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_view_takes_an_end_the_writer_moved_on_meanwhile_for_the_end_and_still_sees_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("s");
+        let records = written(&root);
+        let dir = root.join("commitlog");
+        let end = records.last().map(|(o, s)| o + s).unwrap();
+        let image: Vec<(u64, Vec<u8>)> =
+            (0..end.div_ceil(SEG)).map(|k| (k * SEG, std::fs::read(dir.join(file_name(k * SEG))).unwrap())).collect();
+        let zeros: Vec<(u64, Vec<u8>)> = image.iter().map(|(s, _)| (*s, vec![0u8; SEG as usize])).collect();
+        // Where the writer was when the view read the log: at the end-of-file blank of a roll (the last record
+        // of segment 2 ends there), and at a record in the middle of segment 3.
+        let roll = records.iter().filter(|(o, s)| o + s <= 3 * SEG).map(|(o, s)| o + s).max().unwrap();
+        let middle = records.iter().map(|(o, _)| *o).find(|o| *o > 3 * SEG + 1000).unwrap();
+        assert!(roll < 3 * SEG && records.iter().any(|(o, _)| *o == 3 * SEG));
+        for p in [roll, middle] {
+            // The view reads nothing from `p` on (the writer's bytes are not there yet); the writer stores them
+            // all while the view walks: the view's end moves on to the writer's.
+            store(&dir, &zeros, p, end);
+            let (d, img) = (dir.clone(), image.clone());
+            BEFORE_CLASSIFY.with(|h| *h.borrow_mut() = Some(Box::new(move || store(&d, &img, p, end))));
+            let report = open_overlay(&dir, end);
+            BEFORE_CLASSIFY.with(|h| *h.borrow_mut() = None);
+            let report = report.unwrap_or_else(|e| panic!("at {p}: {e}"));
+            assert_eq!((report.end_offset, report.damage.len(), report.torn_bytes), (end, 0, 0), "at {p}");
+            // Damage stays damage: the commit word at `p` never comes, the records after it are there.
+            store(&dir, &zeros, p, p + 8);
+            match open_overlay(&dir, end) {
+                Err(Error::Corruption { offset, .. }) => assert_eq!(offset as u64, p, "at {p}"),
+                other => panic!("at {p}: expected damage, got {other:?}"),
+            }
+            store(&dir, &image, 0, end);
+        }
+    }
 }

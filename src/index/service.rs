@@ -156,36 +156,36 @@ impl IndexService {
         if !overlay {
             crate::mmap::create_dir_durable(dir)?;
         }
-        let mut names = Vec::new();
-        let listing = match std::fs::read_dir(dir) {
-            Err(e) if overlay && e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            r => r.map_err(|e| Error::io(dir, e))?.collect(),
-        };
-        for entry in listing {
-            let entry = entry.map_err(|e| Error::io(dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_file = entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_file();
-            // A rebuild cut short by a crash: the file it was replacing (or the gap it was filling) is found
-            // again by the checks at open.
-            if is_file && name.ends_with(REBUILD_SUFFIX) {
-                if !overlay {
-                    std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+        let mut names = Self::list_names(storage, dir)?;
+        if overlay {
+            // Another process may be creating files meanwhile, and a listing is not a snapshot: a file made
+            // during it may be missed while a newer one is seen (ext4 lists in hash order), which would leave a
+            // hole in the keys this view finds. Listed again until two listings agree.
+            for _ in 0..8 {
+                let again = Self::list_names(storage, dir)?;
+                if again == names {
+                    break;
                 }
-                continue;
-            }
-            // RocketMQ skips names that do not parse as a long; ours are always digits.
-            if is_file && !name.is_empty() && name.len() <= 18 && name.bytes().all(|b| b.is_ascii_digit()) {
-                names.push(name);
+                names = again;
             }
         }
-        names.sort();
         // A newest file whose creation was cut short (0 bytes, or short and all zeros) holds nothing, so it goes,
         // as such a last segment does in `FileQueue::load`.
         let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
-        let mut lens = paths
-            .iter()
-            .map(|p| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, e)))
-            .collect::<Result<Vec<u64>>>()?;
+        let mut lens = Vec::with_capacity(paths.len());
+        let mut kept = Vec::with_capacity(paths.len());
+        for (name, path) in names.into_iter().zip(paths) {
+            match std::fs::metadata(&path) {
+                Ok(m) => {
+                    lens.push(m.len());
+                    kept.push((name, path));
+                }
+                // Gone since it was listed (retention by the process writing the store).
+                Err(e) if overlay && e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&path, e)),
+            }
+        }
+        let (mut names, paths): (Vec<String>, Vec<PathBuf>) = kept.into_iter().unzip();
         let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         if let Some(last) = crate::file_queue::interrupted_creation(&refs, &lens, cfg.file_size())? {
             if !overlay {
@@ -201,10 +201,14 @@ impl IndexService {
                 return Err(crate::file_queue::size_damage(&dir.join(n), 0, len, size));
             }
         }
-        let files = names
-            .iter()
-            .map(|n| IndexFile::open_in(storage, &dir.join(n), cfg).map(Arc::new))
-            .collect::<Result<Vec<_>>>()?;
+        let mut files = Vec::with_capacity(names.len());
+        for n in &names {
+            match IndexFile::open_in(storage, &dir.join(n), cfg) {
+                Ok(f) => files.push(Arc::new(f)),
+                Err(Error::Io { source, .. }) if overlay && source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
         let last = files.last().cloned();
         Ok(IndexService {
             dir: dir.to_owned(),
@@ -216,6 +220,42 @@ impl IndexService {
             rolled_end_timestamp: std::sync::atomic::AtomicI64::new(0),
             rebuild_lock: Mutex::new(()),
         })
+    }
+
+    /// The index files' names in `dir`, sorted (a missing directory in an overlay holds none). A rebuild's
+    /// leftover (`REBUILD_SUFFIX`) is removed on disk and skipped; names that are not all digits are skipped.
+    fn list_names(storage: Storage, dir: &Path) -> Result<Vec<String>> {
+        let overlay = storage == Storage::Overlay;
+        let listing = match std::fs::read_dir(dir) {
+            Err(e) if overlay && e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            r => r.map_err(|e| Error::io(dir, e))?.collect(),
+        };
+        let mut names = Vec::new();
+        for entry in listing {
+            let entry = entry.map_err(|e| Error::io(dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_file = match entry.file_type() {
+                Ok(t) => t.is_file(),
+                Err(e) if overlay && e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(entry.path(), e)),
+            };
+            // A rebuild cut short by a crash: the file it was replacing (or the gap it was filling) is found
+            // again by the checks at open.
+            if is_file && name.ends_with(REBUILD_SUFFIX) {
+                if !overlay {
+                    std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+                }
+                continue;
+            }
+            // RocketMQ skips names that do not parse as a long; ours are always digits.
+            if is_file && !name.is_empty() && name.len() <= 18 && name.bytes().all(|b| b.is_ascii_digit()) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        #[cfg(test)]
+        tests::LISTING.with(|hook| hook.borrow_mut().as_mut().map(|f| f(&mut names)));
+        Ok(names)
     }
 
     /// End timestamp of the last index file this process filled and rolled, 0 if none (RocketMQ's
@@ -721,6 +761,48 @@ mod tests {
 
     fn small() -> IndexConfig {
         IndexConfig { max_hash_slot_num: 8, max_index_num: 24, max_msgs_num_batch: 64 }
+    }
+
+    type Listing = dyn FnMut(&mut Vec<String>);
+
+    thread_local! {
+        /// Sees each listing of the index directory (a test makes one miss a file, as a listing made while
+        /// another process creates files can).
+        pub(super) static LISTING: crate::race::Hook<Listing> = const { std::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    fn a_view_does_not_miss_a_file_a_listing_missed() {
+        static NOW: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1_700_000_000_000);
+        let clock = || NOW.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
+        let dir = tempfile::tempdir().unwrap();
+        let svc = IndexService::load_with_clock(dir.path(), small(), clock).unwrap();
+        for i in 0..60i64 {
+            let key = format!("k{i}");
+            let req = IndexRequest {
+                topic: "T",
+                commitlog_offset: 100 * i,
+                store_timestamp: clock(),
+                transaction: TransactionType::NotType,
+                uniq_key: None,
+                keys: Some(&key),
+            };
+            svc.build_index(&req).unwrap();
+        }
+        let all = svc.file_paths();
+        assert_eq!(all.len(), 3);
+        drop(svc);
+        let mut first = true;
+        LISTING.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |names: &mut Vec<String>| {
+                if std::mem::take(&mut first) {
+                    names.remove(1);
+                }
+            }))
+        });
+        let view = IndexService::load_in(Storage::Overlay, dir.path(), small(), clock);
+        LISTING.with(|h| *h.borrow_mut() = None);
+        assert_eq!(view.unwrap().file_paths(), all);
     }
 
     /// Every file's bytes, oldest first.
