@@ -350,6 +350,7 @@ impl CommitLog {
     ) -> Result<u64> {
         let last_end = self.queue.last().map_or(0, |f| f.end());
         let mut cursor = Cursor::new(&self.queue, start, limit.min(last_end), self.check_options());
+        let mut reread = None;
         let end = loop {
             let (p, file, reason) = match cursor.next() {
                 None => break cursor.offset().min(last_end),
@@ -377,11 +378,13 @@ impl CommitLog {
             let tail = self.classify(p, &file, opts, tail.nonzero_end(self, start).max(p))?;
             // In an overlay another process may be appending: the records and consume-queue entries just read
             // after `p` may be newer than the zeros read at `p`. The writer commits in order, so when `p` now
-            // holds a record (or the end-of-file blank of a roll), the writer only moved the end on.
-            if tail != Tail::Clean && opts.storage == crate::mmap::Storage::Overlay {
+            // holds a record (or the end-of-file blank of a roll), the writer only moved the end on. Once per
+            // position: a record that validates but ends in a lost page (above) is read as one again.
+            if tail != Tail::Clean && opts.storage == crate::mmap::Storage::Overlay && reread != Some(p) {
                 std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
                 let now = super::cursor::at(&file, p, file.end(), self.check_options());
                 if matches!(now, Step::Record(_) | Step::Blank { .. }) {
+                    reread = Some(p);
                     cursor.seek(p);
                     continue;
                 }
@@ -694,13 +697,13 @@ mod tests {
 
     const SEG: u64 = 4096;
 
-    /// A closed store whose log spans four 4 KiB segments; every record's (offset, size).
-    fn written(root: &Path) -> Vec<(u64, u64)> {
+    /// A closed store whose log spans four segments of `seg` bytes; every record's (offset, size).
+    fn written(root: &Path, seg: u64) -> Vec<(u64, u64)> {
         let mut cfg = crate::config::StoreConfig::default();
-        cfg.commit_log.mapped_file_size_commit_log = SEG;
+        cfg.commit_log.mapped_file_size_commit_log = seg;
         let store = MessageStore::open(root, cfg).unwrap();
         let mut i = 0;
-        while store.commitlog().max_offset() < 3 * SEG + SEG / 2 {
+        while store.commitlog().max_offset() < 3 * seg + seg / 2 {
             let body = vec![b'a' + (i % 26) as u8; 60 + i % 90];
             store.put(&PutMessage { keys: Some("k"), ..PutMessage::new("T", (i % 2) as i32, &body) }).unwrap();
             i += 1;
@@ -716,8 +719,8 @@ mod tests {
 
     /// Opens the log in `dir` read-only, as a view beside a live writer does (a crash is possible: the
     /// writer's abort file is there), with the consume queues pointing up to `dispatched_end`.
-    fn open_overlay(dir: &Path, dispatched_end: u64) -> Result<OpenReport> {
-        let cfg = CommitLogConfig { mapped_file_size_commit_log: SEG, ..CommitLogConfig::default() };
+    fn open_overlay(dir: &Path, seg: u64, dispatched_end: u64) -> Result<OpenReport> {
+        let cfg = CommitLogConfig { mapped_file_size_commit_log: seg, ..CommitLogConfig::default() };
         let opts = RecoverOptions { storage: Storage::Overlay, dispatched_end, ..RecoverOptions::default() };
         CommitLog::open_with(dir, cfg, &opts).map(|(_, report)| report)
     }
@@ -734,10 +737,46 @@ mod tests {
     }
 
     #[test]
+    fn a_view_of_a_record_whose_last_page_a_power_loss_reverted_ends_the_data_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("s");
+        let seg = 16 * 1024;
+        let records = written(&root, seg);
+        let dir = root.join("commitlog");
+        // A record whose properties (after the body the CRC covers) cross a page boundary: a power loss that
+        // reverted the later page leaves a record that validates, with zeros at the end of its properties.
+        let cfg = CommitLogConfig { mapped_file_size_commit_log: seg, ..CommitLogConfig::default() };
+        let (log, _) = CommitLog::open_with(&dir, cfg, &RecoverOptions::default()).unwrap();
+        let (p, page) = records
+            .iter()
+            .rev()
+            .find_map(|&(o, _)| {
+                let r = log.read(o).unwrap().unwrap();
+                let props = r.header.properties(r.bytes());
+                let start = o + (props.as_ptr() as usize - r.bytes().as_ptr() as usize) as u64;
+                let page = (start / 4096 + 1) * 4096;
+                (start + 1 < page && page < start + props.len() as u64 && !page.is_multiple_of(seg))
+                    .then_some((o, page))
+            })
+            .unwrap();
+        drop(log);
+        let end = records.last().map(|(o, s)| o + s).unwrap();
+        for k in 0..end.div_ceil(seg) {
+            let file = std::fs::OpenOptions::new().write(true).open(dir.join(file_name(k * seg))).unwrap();
+            let (a, b) = (page.max(k * seg), end.min((k + 1) * seg));
+            if a < b {
+                file.write_all_at(&vec![0u8; (b - a) as usize], a - k * seg).unwrap();
+            }
+        }
+        let report = open_overlay(&dir, seg, 0).unwrap();
+        assert_eq!((report.end_offset, report.stop_reason.as_deref()), (p, Some(LOST_PAGE)));
+    }
+
+    #[test]
     fn a_view_takes_an_end_the_writer_moved_on_meanwhile_for_the_end_and_still_sees_damage() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("s");
-        let records = written(&root);
+        let records = written(&root, SEG);
         let dir = root.join("commitlog");
         let end = records.last().map(|(o, s)| o + s).unwrap();
         let image: Vec<(u64, Vec<u8>)> =
@@ -754,13 +793,13 @@ mod tests {
             store(&dir, &zeros, p, end);
             let (d, img) = (dir.clone(), image.clone());
             BEFORE_CLASSIFY.with(|h| *h.borrow_mut() = Some(Box::new(move || store(&d, &img, p, end))));
-            let report = open_overlay(&dir, end);
+            let report = open_overlay(&dir, SEG, end);
             BEFORE_CLASSIFY.with(|h| *h.borrow_mut() = None);
             let report = report.unwrap_or_else(|e| panic!("at {p}: {e}"));
             assert_eq!((report.end_offset, report.damage.len(), report.torn_bytes), (end, 0, 0), "at {p}");
             // Damage stays damage: the commit word at `p` never comes, the records after it are there.
             store(&dir, &zeros, p, p + 8);
-            match open_overlay(&dir, end) {
+            match open_overlay(&dir, SEG, end) {
                 Err(Error::Corruption { offset, .. }) => assert_eq!(offset as u64, p, "at {p}"),
                 other => panic!("at {p}: expected damage, got {other:?}"),
             }
