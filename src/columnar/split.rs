@@ -259,17 +259,47 @@ impl Cuts {
 }
 
 /// The commitlog segments (files named by the 20-digit offset of their first byte) of `dir`, in offset order.
+///
+/// A broker may be writing the directory meanwhile, and a listing is not a snapshot: a segment created during
+/// `readdir` may be missed while a newer one is listed (ext4 lists in hash order), and a listed file may be gone
+/// before its length is read (retention at the front, a writer removing its segment made ahead at its close).
+/// So a segment missing between two listed ones is looked up by name (the earlier segment's length is the
+/// step), and a listed file that has gone is left out (as in [`crate::file_queue::FileQueue::load`]'s views).
 fn segments(dir: &Path) -> Result<Vec<(PathBuf, i64)>> {
-    let mut out = Vec::new();
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let mut listed = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
         let Some(base) = name.to_str().filter(|n| n.len() == 20).and_then(parse_file_name) else { continue };
-        if entry.file_type().map_err(|e| Error::io(entry.path(), e))?.is_file() {
-            out.push((entry.path(), base as i64));
+        match entry.file_type() {
+            Ok(t) if t.is_file() => listed.push((entry.path(), base as i64)),
+            Ok(_) => {}
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(Error::io(entry.path(), e)),
         }
     }
-    out.sort_by_key(|s| s.1);
+    listed.sort_by_key(|s| s.1);
+    #[cfg(test)]
+    tests::LISTED.with(|hook| hook.borrow_mut().as_mut().map(|f| f(&mut listed)));
+    let mut out = Vec::with_capacity(listed.len());
+    let mut i = 0;
+    while let Some((path, base)) = listed.get(i).cloned() {
+        i += 1;
+        let len = match std::fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        out.push((path, base));
+        let expected = i64::try_from(len).ok().and_then(|l| base.checked_add(l)).filter(|_| len > 0);
+        if let (Some(expected), Some((_, next))) = (expected, listed.get(i)) {
+            let path = dir.join(crate::file_queue::file_name(expected as u64));
+            if expected < *next && path.is_file() {
+                listed.insert(i, (path, expected));
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -482,5 +512,57 @@ impl SplitReader {
 
     fn damage(&self, at: u64, reason: String) -> Error {
         Error::Corruption { path: self.w.path.clone(), offset: self.base + at as i64, reason }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    type Listing = dyn FnMut(&mut Vec<(PathBuf, i64)>);
+
+    thread_local! {
+        /// Sees the planner's listing of a commitlog directory (a test makes it miss a segment, as a listing
+        /// made while a broker creates one can).
+        pub(super) static LISTED: crate::race::Hook<Listing> = const { std::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    fn a_plan_does_not_miss_a_segment_a_listing_missed_or_fail_on_one_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = crate::config::StoreConfig::default();
+        cfg.commit_log.mapped_file_size_commit_log = 4096;
+        let store = crate::store::MessageStore::open(tmp.path(), cfg).unwrap();
+        while store.commitlog().max_offset() < 3 * 4096 + 100 {
+            store.put(&crate::store::PutMessage::new("T", 0, &[7u8; 100])).unwrap();
+        }
+        store.close().unwrap();
+        let dir = tmp.path().join("commitlog");
+        let whole = plan_commitlog(&dir, 1 << 20, false).unwrap();
+        let bases = |plans: &[SegmentPlan]| plans.iter().map(|p| p.base).collect::<Vec<_>>();
+        assert_eq!(bases(&whole), [0, 4096, 8192, 12288]);
+        let plan = |race: Box<Listing>| {
+            LISTED.with(|h| *h.borrow_mut() = Some(race));
+            let plan = plan_commitlog(&dir, 1 << 20, false);
+            LISTED.with(|h| *h.borrow_mut() = None);
+            plan.unwrap()
+        };
+        // Missed by the listing: found by name.
+        let missed = plan(Box::new(|listed| {
+            listed.remove(1);
+        }));
+        assert_eq!(bases(&missed), bases(&whole));
+        assert_eq!(
+            missed.iter().map(|p| p.data_end).collect::<Vec<_>>(),
+            whole.iter().map(|p| p.data_end).collect::<Vec<_>>()
+        );
+        // Listed, then gone (retention removed the first segment): left out.
+        let first = dir.join(crate::file_queue::file_name(0));
+        let kept = std::fs::read(&first).unwrap();
+        let f = first.clone();
+        let retained = plan(Box::new(move |_| std::fs::remove_file(&f).unwrap()));
+        assert_eq!(bases(&retained), [4096, 8192, 12288]);
+        std::fs::write(&first, kept).unwrap();
     }
 }
