@@ -279,7 +279,10 @@ impl IndexFile {
         judge: &mut dyn FnMut(i64, i32, bool) -> Candidate,
     ) -> std::result::Result<(), IndexDamage> {
         let h = self.read();
-        let Some(slot_value) = self.slot(key_hash) else { return Ok(()) };
+        let Some(mut slot_value) = self.slot(key_hash) else { return Ok(()) };
+        if self.map.storage() == crate::mmap::Storage::Overlay {
+            slot_value = self.before_snapshot_end(slot_value, h.index_count);
+        }
         if slot_value <= 0 || slot_value > h.index_count || h.index_count <= 1 {
             return Ok(());
         }
@@ -314,6 +317,25 @@ impl IndexFile {
             n = e.prev;
         }
         Ok(())
+    }
+
+    /// In a view of a file another process is still writing (an overlay sees the writer's later bytes where it
+    /// wrote none of its own): a slot the writer pointed at an entry after the view's header (`index_count`,
+    /// read at the open or the view's last write) is followed back through those newer entries, which the writer
+    /// wrote whole before the slot, to the newest one the view's header covers. Those newer entries are not
+    /// offered (their messages may lie past the view's end; a refresh takes them in), and without this walk
+    /// every older key of the slot would be missed. Returns the slot value to start from (0: none).
+    fn before_snapshot_end(&self, slot_value: i32, index_count: i32) -> i32 {
+        let mut n = slot_value;
+        let mut steps = 0u32;
+        while n >= index_count && i64::from(n) < i64::from(self.index_num) && steps < self.index_num {
+            match self.entry(n) {
+                Some(e) if e.prev < n => n = e.prev,
+                _ => return 0,
+            }
+            steps += 1;
+        }
+        n
     }
 
     /// Whether the file's newest entries, those of the message at `phy_offset` (the last one indexed, at

@@ -772,6 +772,35 @@ mod tests {
     }
 
     #[test]
+    fn a_view_finds_the_keys_of_a_slot_the_writer_went_on_using() {
+        let dir = tempfile::tempdir().unwrap();
+        let one_slot = IndexConfig { max_hash_slot_num: 1, max_index_num: 64, max_msgs_num_batch: 64 };
+        let fixed = || 1_700_000_000_000;
+        let writer = IndexService::load_with_clock(dir.path(), one_slot, fixed).unwrap();
+        let put = |i: i64| {
+            let key = format!("k{i}");
+            let req = IndexRequest {
+                topic: "T",
+                commitlog_offset: 100 * i,
+                store_timestamp: 1_700_000_000_000 + i,
+                transaction: TransactionType::NotType,
+                uniq_key: None,
+                keys: Some(&key),
+            };
+            writer.build_index(&req).unwrap();
+        };
+        (0..5).for_each(put);
+        let view = IndexService::load_in(Storage::Overlay, dir.path(), one_slot, fixed).unwrap();
+        // The writer goes on: the one slot now points at entries after the view's header.
+        (5..8).for_each(put);
+        let found = |key: &str| view.query("T", key, 8, 0, i64::MAX, &mut |_| true).phy_offsets;
+        for i in 0..5 {
+            assert_eq!(found(&format!("k{i}")), [100 * i], "k{i}");
+        }
+        assert!(found("k6").is_empty(), "after the view's snapshot: its refresh takes it in");
+    }
+
+    #[test]
     fn a_view_does_not_miss_a_file_a_listing_missed() {
         static NOW: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1_700_000_000_000);
         let clock = || NOW.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
