@@ -641,6 +641,11 @@ impl IndexWriter<'_> {
                 reason: format!("slot {slot_pos} is outside {}", f.path().display()),
             });
         };
+        if f.map.storage() == crate::mmap::Storage::Overlay && slot_value >= h.index_count {
+            // A view indexing after its header into a file a live writer went on filling: link to the newest
+            // entry the view's header covers, not to none (which would cut the slot's older keys off).
+            slot_value = f.before_snapshot_end(slot_value, h.index_count);
+        }
         if slot_value == h.index_count && slot_value > 0 {
             // A put torn between its slot and its header (a crash) left the slot pointing at the entry this put
             // overwrites: link to what that entry linked to, so the older entries of the chain stay reachable

@@ -798,6 +798,19 @@ mod tests {
             assert_eq!(found(&format!("k{i}")), [100 * i], "k{i}");
         }
         assert!(found("k6").is_empty(), "after the view's snapshot: its refresh takes it in");
+        // The view indexes a message itself (its dispatch after the open): the slot's older keys stay linked.
+        let req = IndexRequest {
+            topic: "T",
+            commitlog_offset: 500,
+            store_timestamp: 1_700_000_000_005,
+            transaction: TransactionType::NotType,
+            uniq_key: None,
+            keys: Some("k5"),
+        };
+        view.build_index(&req).unwrap();
+        for i in 0..6 {
+            assert_eq!(found(&format!("k{i}")), [100 * i], "k{i} after the view's own put");
+        }
     }
 
     #[test]
