@@ -431,10 +431,10 @@ fn list_segments(storage: Storage, dir: &Path, file_size: u64) -> Result<Vec<(St
     while i < names.len() {
         let start = |k: usize| names.get(k).filter(|(n, _)| n.len() == 20).and_then(|(n, _)| parse_file_name(n));
         if let (Some(a), Some(b)) = (start(i - 1), start(i)) {
-            let expected = a.saturating_add(file_size);
-            let (name, path) = (file_name(expected), dir.join(file_name(expected)));
-            if a.is_multiple_of(file_size) && expected < b && path.is_file() {
-                names.insert(i, (name, path));
+            if let Some((expected, path)) =
+                missing_segment(dir, a, file_size, b).filter(|_| a.is_multiple_of(file_size))
+            {
+                names.insert(i, (file_name(expected), path));
             }
         }
         i += 1;
@@ -448,6 +448,14 @@ fn list_segments(storage: Storage, dir: &Path, file_size: u64) -> Result<Vec<(St
         }
     }
     Ok(out)
+}
+
+/// The segment a directory listing missed between `start` (a listed segment of `len` bytes) and `next` (the
+/// next listed one), when it exists now: its start and path. See `list_segments`.
+pub(crate) fn missing_segment(dir: &Path, start: u64, len: u64, next: u64) -> Option<(u64, PathBuf)> {
+    let expected = start.checked_add(len).filter(|&e| len > 0 && e < next)?;
+    let path = dir.join(file_name(expected));
+    path.is_file().then_some((expected, path))
 }
 
 /// Removes `path` and syncs its directory, so that the removal survives a power loss.

@@ -292,11 +292,10 @@ fn segments(dir: &Path) -> Result<Vec<(PathBuf, i64)>> {
             Err(e) => return Err(Error::io(&path, e)),
         };
         out.push((path, base));
-        let expected = i64::try_from(len).ok().and_then(|l| base.checked_add(l)).filter(|_| len > 0);
-        if let (Some(expected), Some((_, next))) = (expected, listed.get(i)) {
-            let path = dir.join(crate::file_queue::file_name(expected as u64));
-            if expected < *next && path.is_file() {
-                listed.insert(i, (path, expected));
+        if let Some(&(_, next)) = listed.get(i) {
+            let (Ok(start), Ok(next)) = (u64::try_from(base), u64::try_from(next)) else { continue };
+            if let Some((expected, path)) = crate::file_queue::missing_segment(dir, start, len, next) {
+                listed.insert(i, (path, expected as i64));
             }
         }
     }
