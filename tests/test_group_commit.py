@@ -49,6 +49,37 @@ def test_producer_threads_under_sync_flush_are_all_acknowledged_and_consumable(s
         assert store.put("GC", b"no wait", wait_store_msg_ok=False).status == rmq.PutMessageStatus.PUT_OK
 
 
+def test_waiting_sync_flush_puts_release_the_gil_so_threads_share_flushes(store_dir: Path) -> None:
+    # A put that kept the GIL while it waited for its flush would let no other thread put meanwhile: every
+    # flush would cover one put.
+    threads, puts = 8, 40
+    with rmq.MessageStore(store_dir, SYNC) as store:
+        store.start_services()
+
+        def group_commit() -> rmq.ServiceStats:
+            return next(s for s in store.service_stats() if s.name == "group_commit")
+
+        before, written_before = group_commit(), store.max_offset
+        barrier = threading.Barrier(threads)
+
+        def produce(t: int) -> None:
+            barrier.wait()
+            for i in range(puts):
+                assert store.put("GC", b"%d/%d" % (t, i)).status == rmq.PutMessageStatus.PUT_OK
+
+        workers = [threading.Thread(target=produce, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        after = group_commit()
+        assert store.flushed_offset == store.max_offset
+        # The service flushed every byte the puts wrote (`work` counts bytes flushed).
+        assert after.work - before.work == store.max_offset - written_before
+    # Its rounds count flushes and idle wake-ups alike: far fewer than the puts when they shared flushes.
+    assert after.rounds - before.rounds < threads * puts // 2, (after.rounds - before.rounds, threads * puts)
+
+
 def test_a_failed_group_flush_poisons_the_store(store_dir: Path) -> None:
     store = rmq.MessageStore(store_dir, SYNC)
     store.start_services()

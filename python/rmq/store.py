@@ -175,8 +175,8 @@ class ServiceStats(NamedTuple):
     running: bool
     #: Rounds of work done.
     rounds: int
-    #: Units of work: records dispatched (reput), bytes flushed (flush, flush_cq), bytes warmed (warm), delayed
-    #: messages delivered (schedule).
+    #: Units of work: records dispatched (reput), bytes flushed (flush, flush_cq, group_commit), bytes warmed
+    #: (warm), delayed messages delivered (schedule).
     work: int
     #: Rounds that failed (the service retries on its schedule).
     errors: int

@@ -117,7 +117,10 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
             let Some(s) = weak.upgrade() else { return };
             s.gather(svc, &gather);
             match s.group_commit_round(Some(&mut gather)) {
-                Ok(_) => svc.count_round(),
+                Ok(bytes) => {
+                    svc.count_round();
+                    svc.count_work(bytes);
+                }
                 Err(e) => {
                     // Counted before the store is poisoned and the waiting puts wake: whoever they answer, or
                     // finds the store poisoned, sees the error in the stats.
