@@ -194,16 +194,43 @@ fn claimed_size(bytes: &[u8]) -> Option<usize> {
 /// completely and names its own offset: body CRC, and the `__CRC32#` property when it has one (always when
 /// `require_prop_crc`).
 pub fn find_valid_record(queue: &FileQueue, from: u64, limit: u64, require_prop_crc: bool) -> Option<u64> {
+    find_valid_record_in(queue, from, limit, limit, require_prop_crc)
+}
+
+/// [`find_valid_record`] for a record that starts before `starts_before` and may end after it (within its
+/// segment): the search reads nothing at or after `starts_before` but the candidates' own bytes. For the bytes
+/// after a damaged position up to the last non-zero byte of the log, without faulting in the never-written
+/// rest of its segment (up to a gigabyte of holes).
+pub fn find_valid_record_starting_before(
+    queue: &FileQueue,
+    from: u64,
+    starts_before: u64,
+    require_prop_crc: bool,
+) -> Option<u64> {
+    find_valid_record_in(queue, from, starts_before, u64::MAX, require_prop_crc)
+}
+
+/// Candidates start before `starts_before`; a record's bytes are read up to `read_to` (and its segment's end).
+fn find_valid_record_in(
+    queue: &FileQueue,
+    from: u64,
+    starts_before: u64,
+    read_to: u64,
+    require_prop_crc: bool,
+) -> Option<u64> {
     let mut at_offset = from;
-    while at_offset < limit {
+    while at_offset < starts_before {
         let file = queue.find(at_offset).or_else(|| queue.files().into_iter().find(|f| f.start() > at_offset))?;
         let base = file.start();
         let start = at_offset.max(base);
-        let end = file.end().min(limit);
-        let bytes = file.slice(0, (end - base) as usize).unwrap_or_default();
+        let end = file.end().min(read_to);
+        let bytes = file.slice(0, (end.max(base) - base) as usize).unwrap_or_default();
+        // A candidate at q has its magic at q + 4..q + 8.
+        let search_end = ((file.end().min(starts_before) - base) as usize).saturating_add(7);
+        let search = bytes.get(..search_end.min(bytes.len())).unwrap_or_default();
         let mut q = (start - base) as usize;
-        while q + 8 <= bytes.len() {
-            match next_candidate(bytes, q) {
+        while q + 8 <= search.len() {
+            match next_candidate(search, q) {
                 None => break,
                 Some(c) => q = c,
             }

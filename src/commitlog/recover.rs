@@ -40,7 +40,7 @@ use crate::message::decode::CheckOptions;
 use crate::message::RecordHeader;
 use crate::mmap::MappedFile;
 
-use super::cursor::{find_valid_record, nonzero_extent, Cursor, Step};
+use super::cursor::{find_valid_record_starting_before, nonzero_extent, Cursor, Step};
 use super::{CommitLog, Record};
 
 /// What opening does with damage inside the data (bytes a killed process cannot leave).
@@ -477,18 +477,19 @@ impl CommitLog {
     fn classify(&self, p: u64, file: &Arc<MappedFile>, opts: &RecoverOptions, nonzero_end: u64) -> Result<Tail> {
         let next = self.queue.files().iter().find(|f| f.start() == file.end()).map(|n| (n.start(), n.end()));
         let place = TailPlace { p, file_end: file.end(), next };
-        let mut facts = MappedTail { log: self, file, p, opts };
+        let mut facts = MappedTail { log: self, file, p, opts, nonzero_end };
         classify_tail(place, nonzero_end > p, opts.unclean, opts.durable_timestamp, &mut facts)
     }
 
-    /// Every position after `p` (to the end of the last segment) holding a record that validates completely
-    /// and names its own offset, in order, with its header.
-    fn valid_records_after(&self, p: u64) -> Vec<(u64, RecordHeader)> {
+    /// Every position after `p` and before `nonzero_end` (one past the log's last non-zero byte: no record
+    /// starts after it) holding a record that validates completely and names its own offset, in order, with
+    /// its header.
+    fn valid_records_after(&self, p: u64, nonzero_end: u64) -> Vec<(u64, RecordHeader)> {
         let Some(last) = self.queue.last() else { return Vec::new() };
         let opts = CheckOptions { check_crc: true, force_prop_crc: false };
-        let mut out = Vec::new();
+        let (mut out, limit, prop_crc) = (Vec::new(), nonzero_end.min(last.end()), self.cfg.enabled_append_prop_crc);
         let mut from = p + 1;
-        while let Some(q) = find_valid_record(&self.queue, from, last.end(), self.cfg.enabled_append_prop_crc) {
+        while let Some(q) = find_valid_record_starting_before(&self.queue, from, limit, prop_crc) {
             let Some(file) = self.queue.find(q) else { break };
             let Step::Record(r) = super::cursor::at(&file, q, file.end(), opts) else { break };
             from = q + r.header.total_size as u64;
@@ -509,8 +510,7 @@ impl CommitLog {
     fn cut(&self, p: u64, file: &Arc<MappedFile>, report: &mut OpenReport) -> Result<u64> {
         let discarded = self.last_nonzero_end(p).saturating_sub(p);
         let pos = (p - file.start()) as usize;
-        let rest = file.slice(pos, (file.end() - p) as usize).unwrap_or_default();
-        let dirty = nonzero_extent(rest);
+        let dirty = file_nonzero_end(file, pos) - pos;
         // In an overlay the bytes stay (nothing past the end is read; a live writer may still complete them).
         if dirty > 0 && file.storage() == crate::mmap::Storage::Disk {
             let zeros = vec![0u8; 1 << 16];
@@ -535,11 +535,24 @@ fn last_nonzero_end_in(queue: &FileQueue, p: u64) -> u64 {
     let mut end = p;
     for f in queue.files().iter().filter(|f| f.end() > p) {
         let from = (p.max(f.start()) - f.start()) as usize;
-        for (a, b) in f.data_ranges(from) {
-            let n = nonzero_extent(f.slice(a, b - a).unwrap_or_default());
-            if n > 0 {
-                end = f.start() + (a + n) as u64;
-            }
+        let n = file_nonzero_end(f, from);
+        if n > from {
+            end = f.start() + n as u64;
+        }
+    }
+    end
+}
+
+/// One past the last non-zero byte of `f` at or after position `from` (`from` when there is none). Only the
+/// data extents the filesystem reports are read ([`MappedFile::data_ranges`]): the never-written rest of a
+/// segment (up to a gigabyte of holes, each page of which a read through the mapping would fault in as zeros)
+/// costs nothing.
+fn file_nonzero_end(f: &MappedFile, from: usize) -> usize {
+    let mut end = from;
+    for (a, b) in f.data_ranges(from) {
+        let n = nonzero_extent(f.slice(a, b - a).unwrap_or_default());
+        if n > 0 {
+            end = a + n;
         }
     }
     end
@@ -585,11 +598,13 @@ struct MappedTail<'a> {
     file: &'a Arc<MappedFile>,
     p: u64,
     opts: &'a RecoverOptions,
+    /// [`CommitLog::last_nonzero_end`] at `p`.
+    nonzero_end: u64,
 }
 
 impl TailFacts for MappedTail<'_> {
     fn following(&mut self) -> Result<Vec<(u64, RecordHeader)>> {
-        Ok(self.log.valid_records_after(self.p))
+        Ok(self.log.valid_records_after(self.p, self.nonzero_end))
     }
 
     fn lost_page(&mut self) -> Result<bool> {
@@ -598,17 +613,14 @@ impl TailFacts for MappedTail<'_> {
 
     fn here_extent(&mut self) -> Result<u64> {
         let (f, p) = (self.file, self.p);
-        let rest = f.slice((p - f.start()) as usize, (f.end() - p) as usize).unwrap_or_default();
-        Ok(nonzero_extent(rest) as u64)
+        let pos = (p - f.start()) as usize;
+        Ok((file_nonzero_end(f, pos) - pos) as u64)
     }
 
     fn beyond_next(&mut self) -> Result<bool> {
         let files = self.log.queue.files();
         let end = self.file.end();
-        Ok(files
-            .iter()
-            .filter(|f| f.start() > end)
-            .any(|f| nonzero_extent(f.slice(0, f.size() as usize).unwrap_or_default()) > 0))
+        Ok(files.iter().filter(|f| f.start() > end).any(|f| file_nonzero_end(f, 0) > 0))
     }
 
     fn dispatched_end(&mut self) -> Result<u64> {

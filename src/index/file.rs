@@ -182,7 +182,33 @@ impl IndexFile {
         if h.index_count <= 0 {
             h.index_count = 1;
         }
-        Ok(Self::from_parts(map, cfg, h))
+        let f = Self::from_parts(map, cfg, h);
+        if storage == Storage::Overlay {
+            f.settle_header();
+        }
+        Ok(f)
+    }
+
+    /// In a view of a file a live writer may be filling: the header read again (at most 64 times) until it
+    /// agrees with the entries it names ([`IndexFile::check_header`]). A writer updates the header after each
+    /// key, field by field in RocketMQ, so a read in between can pair one key's indexCount with the previous
+    /// key's endPhyOffset: damage to a check, a rebuild of the whole file for the view. A header that still
+    /// disagrees is damage, checked and handled as on disk.
+    fn settle_header(&self) {
+        for _ in 0..64 {
+            if self.check_header().is_ok() {
+                return;
+            }
+            std::thread::yield_now();
+            #[cfg(test)]
+            tests::SETTLE.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            let Some(mut h) = self.map.slice(0, HEADER_SIZE).and_then(IndexHeader::decode) else { return };
+            if h.index_count <= 0 {
+                h.index_count = 1;
+            }
+            *self.header.write().unwrap_or_else(std::sync::PoisonError::into_inner) = h;
+        }
     }
 
     fn from_parts(map: MappedFile, cfg: IndexConfig, h: IndexHeader) -> Self {
@@ -387,9 +413,11 @@ impl IndexFile {
         }
         // Entries are written in order from entry 1 on: the one after the last holds nothing yet. (A count
         // lowered by damage would hide the entries after it from every query, and a file saying it holds none
-        // would be written over from entry 1.)
+        // would be written over from entry 1.) Not in a view: there the entries after its header are a live
+        // writer's later ones, or, in a store nobody writes, bytes the view's own dispatch writes over in memory
+        // from the header's endPhyOffset on (what the header covers is checked below all the same).
         let next = h.index_count.max(1);
-        if i64::from(next) < i64::from(self.index_num) {
+        if i64::from(next) < i64::from(self.index_num) && self.map.storage() != crate::mmap::Storage::Overlay {
             let pos = self.entry_pos(next);
             if self.map.slice(pos, ENTRY_SIZE).is_some_and(|b| b.iter().any(|&x| x != 0)) {
                 return damage(
@@ -502,8 +530,14 @@ impl IndexFile {
         let Some(slots) = self.map.slice(HEADER_SIZE, slot_num * SLOT_SIZE) else {
             return damage(HEADER_SIZE, "the slot table lies outside the file".into());
         };
+        let overlay = self.map.storage() == crate::mmap::Storage::Overlay;
         for (i, (stored, want)) in slots.chunks_exact(SLOT_SIZE).zip(&newest).enumerate() {
-            let stored = i32::from_be_bytes([stored[0], stored[1], stored[2], stored[3]]);
+            let mut stored = i32::from_be_bytes([stored[0], stored[1], stored[2], stored[3]]);
+            if overlay && stored >= count {
+                // A live writer's later entry: its chain leads back to what the view's header covers, as a query
+                // reads it (`before_snapshot_end`).
+                stored = self.before_snapshot_end(stored, count);
+            }
             if stored != *want {
                 return damage(
                     HEADER_SIZE + i * SLOT_SIZE,
@@ -690,8 +724,14 @@ impl IndexWriter<'_> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    thread_local! {
+        /// Runs before each read of the header again in a view ([`IndexFile::settle_header`]): a test finishes
+        /// the writer's update there.
+        pub(crate) static SETTLE: crate::race::Hook<dyn FnMut()> = const { std::cell::RefCell::new(None) };
+    }
 
     fn small() -> IndexConfig {
         IndexConfig { max_hash_slot_num: 4, max_index_num: 3, max_msgs_num_batch: 64 }

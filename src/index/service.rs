@@ -813,6 +813,92 @@ mod tests {
         }
     }
 
+    /// Writes `h` over the header of the file at `path` (as another process's mapping would).
+    fn write_header(path: &Path, h: &crate::index::file::IndexHeader) {
+        use std::os::unix::fs::FileExt;
+        std::fs::OpenOptions::new().write(true).open(path).unwrap().write_all_at(&h.encode(), 0).unwrap();
+    }
+
+    #[test]
+    fn a_view_of_a_file_the_writer_went_on_filling_passes_the_checks_of_an_open() {
+        // On main a read-only open beside a live writer found "slot N holds X but its chain's newest entry is Y"
+        // (or "entry N, after the last, holds data") in the writer's newest file and rebuilt it from the
+        // commitlog in memory: seconds for a million keys, at every open.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = IndexConfig { max_hash_slot_num: 4, max_index_num: 64, max_msgs_num_batch: 64 };
+        let fixed = || 1_700_000_000_000;
+        let writer = IndexService::load_with_clock(dir.path(), cfg, fixed).unwrap();
+        let put = |i: i64| {
+            let key = format!("k{i}");
+            let req = IndexRequest {
+                topic: "T",
+                commitlog_offset: 100 * i,
+                store_timestamp: 1_700_000_000_000 + i,
+                transaction: TransactionType::NotType,
+                uniq_key: None,
+                keys: Some(&key),
+            };
+            writer.build_index(&req).unwrap();
+        };
+        (0..12).for_each(put);
+        let view = IndexService::load_in(Storage::Overlay, dir.path(), cfg, fixed).unwrap();
+        (12..20).for_each(put); // every slot moves past the view's header, entries follow its last
+        let file = view.files().pop().unwrap();
+        assert_eq!(file.header().index_count, 13);
+        assert_eq!(file.check_header(), Ok(()));
+        assert_eq!(file.verify(), Ok(()));
+        // The same bytes on disk (a writable open) are damage: a count lowered, slots past it.
+        let mut torn = IndexFile::open(file.path(), cfg).unwrap().header();
+        torn.index_count = 13;
+        write_header(file.path(), &torn);
+        let reopened = IndexFile::open(file.path(), cfg).unwrap();
+        assert!(reopened.check_header().is_err());
+        assert!(reopened.verify().is_err());
+    }
+
+    #[test]
+    fn a_view_reads_a_header_again_until_it_agrees_with_the_entries() {
+        // A writer updates the header after each key (RocketMQ field by field): a view reading in between can
+        // pair one key's indexCount with the previous key's endPhyOffset.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = IndexConfig { max_hash_slot_num: 4, max_index_num: 64, max_msgs_num_batch: 64 };
+        let fixed = || 1_700_000_000_000;
+        let writer = IndexService::load_with_clock(dir.path(), cfg, fixed).unwrap();
+        for i in 0..6i64 {
+            let key = format!("k{i}");
+            let req = IndexRequest {
+                topic: "T",
+                commitlog_offset: 100 * i,
+                store_timestamp: 1_700_000_000_000 + i,
+                transaction: TransactionType::NotType,
+                uniq_key: None,
+                keys: Some(&key),
+            };
+            writer.build_index(&req).unwrap();
+        }
+        let path = writer.files().pop().unwrap().path().to_owned();
+        let whole = writer.files().pop().unwrap().header();
+        let mut half = whole;
+        half.end_phy_offset = 400; // the count of the sixth key, the end of the fifth
+        write_header(&path, &half);
+        let mut rereads = 0;
+        crate::index::file::tests::SETTLE.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                rereads += 1;
+                if rereads == 3 {
+                    write_header(&path, &whole); // the writer finishes its update
+                }
+            }))
+        });
+        let view = IndexService::load_in(Storage::Overlay, dir.path(), cfg, fixed).unwrap();
+        crate::index::file::tests::SETTLE.with(|h| *h.borrow_mut() = None);
+        let seen = view.files().pop().unwrap();
+        assert_eq!(seen.header(), whole);
+        assert_eq!(seen.verify(), Ok(()));
+        let found = view.query("T", "k5", 8, 0, i64::MAX, &mut |_| true).phy_offsets;
+        assert_eq!(found, [500]);
+    }
+
     #[test]
     fn a_view_does_not_miss_a_file_a_listing_missed() {
         static NOW: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1_700_000_000_000);
