@@ -16,7 +16,7 @@ use super::errors::to_py;
 use super::get::{GetMessageResult, QueryMessageResult};
 use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, TransactionType};
 use crate::commitlog::{Record, RecoveryMode};
-use crate::config::{FlushDiskType, Kind, Setting, StoreConfig, Value, SETTINGS};
+use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
 use crate::error::Error;
 use crate::store::{self, BatchItem, PutMessage};
 
@@ -154,8 +154,6 @@ pub struct MessageStore {
     /// `_set_queue_limits`: a producer put at or past its topic's count is refused, as the broker's send check
     /// refuses it. Checked here, before the GIL is released, so the check costs a hash lookup.
     queue_limits: RwLock<FxHashMap<String, i32>>,
-    /// The store flushes synchronously: a put may wait for a flush, so it releases the GIL (see `put`).
-    sync_flush: bool,
 }
 
 impl MessageStore {
@@ -188,8 +186,7 @@ impl MessageStore {
         let config = config_from_dict(config)?;
         let options = store::open::OpenOptions { recovery, read_only };
         let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
-        let sync_flush = store.config().commit_log.flush_disk_type == FlushDiskType::SyncFlush;
-        Ok(MessageStore { inner: Arc::new(Handle(Arc::new(store))), queue_limits: RwLock::default(), sync_flush })
+        Ok(MessageStore { inner: Arc::new(Handle(Arc::new(store))), queue_limits: RwLock::default() })
     }
 
     /// Replaces the configured topics' queue counts (`rmq.topics` calls it whenever its table changes).
@@ -240,7 +237,7 @@ impl MessageStore {
             props.push(("DELAY".into(), delay_level.to_string()));
         }
         let inner = &self.inner;
-        let put = || {
+        let result = py.detach(|| {
             let refs: Vec<(&str, &str)> = props.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let msg = PutMessage {
                 topic: &topic,
@@ -259,12 +256,7 @@ impl MessageStore {
                 wait_store_msg_ok,
             };
             inner.put(&msg)
-        };
-        // Under SYNC_FLUSH a put waits for a flush (the group commit's, or its own): the GIL is released.
-        // Under ASYNC_FLUSH it copies into memory the warm service prepared and returns in about a microsecond,
-        // less than releasing and taking the GIL back costs (and, with several producer threads, than handing
-        // it over on every put): it keeps the GIL.
-        let result = if self.sync_flush { py.detach(put) } else { put() };
+        });
         result.map(|inner| PutResult { inner }).map_err(to_py)
     }
 
