@@ -222,6 +222,9 @@ fn find_valid_record_in(
     while at_offset < starts_before {
         let file = queue.find(at_offset).or_else(|| queue.files().into_iter().find(|f| f.start() > at_offset))?;
         let base = file.start();
+        if base >= starts_before {
+            return None; // the next segment after a gap starts past the search
+        }
         let start = at_offset.max(base);
         let end = file.end().min(read_to);
         let bytes = file.slice(0, (end.max(base) - base) as usize).unwrap_or_default();

@@ -110,6 +110,8 @@ pub struct IndexFile {
     header: RwLock<IndexHeader>,
     /// Checked by [`IndexFile::verify`], or created by this process.
     checked: std::sync::atomic::AtomicBool,
+    /// A view of a file another process holds the store's lock for ([`IndexFile::set_beside_writer`]).
+    beside_writer: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for IndexFile {
@@ -189,14 +191,29 @@ impl IndexFile {
         Ok(f)
     }
 
+    /// Marks a view's file as one a live writer (another process holding the store's lock) may still be
+    /// filling: its checks then take the writer's progress for what it is ([`IndexFile::check_header`],
+    /// [`IndexFile::verify`]). Without the mark (a writable open, `rmq check`, a view of a store nobody writes)
+    /// the same bytes are damage, as a lost header update after a crash leaves them. No effect on disk.
+    pub fn set_beside_writer(&self) {
+        if self.map.storage() == Storage::Overlay {
+            self.beside_writer.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    fn is_beside_writer(&self) -> bool {
+        self.beside_writer.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// In a view of a file a live writer may be filling: the header read again (at most 64 times) until it
-    /// agrees with the entries it names ([`IndexFile::check_header`]). A writer updates the header after each
+    /// agrees with the entries it names ([`IndexFile::check_header`], but for the entry after the last). A writer updates the header after each
     /// key, field by field in RocketMQ, so a read in between can pair one key's indexCount with the previous
     /// key's endPhyOffset: damage to a check, a rebuild of the whole file for the view. A header that still
     /// disagrees is damage, checked and handled as on disk.
     fn settle_header(&self) {
         for _ in 0..64 {
-            if self.check_header().is_ok() {
+            // The entry after the last may be the writer's next one already: not asked here.
+            if self.header_damage(false).is_ok() {
                 return;
             }
             std::thread::yield_now();
@@ -218,6 +235,7 @@ impl IndexFile {
             index_num: cfg.max_index_num,
             header: RwLock::new(h),
             checked: std::sync::atomic::AtomicBool::new(false),
+            beside_writer: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -396,6 +414,11 @@ impl IndexFile {
     /// `putKey`, but one rebuilt from records whose keys changed since may hold fewer entries: the empty entry
     /// after the last one is what shows that a count was not lowered.)
     pub fn check_header(&self) -> std::result::Result<(), IndexDamage> {
+        self.header_damage(!self.is_beside_writer())
+    }
+
+    /// [`IndexFile::check_header`], with the entry after the last required to be empty or not.
+    fn header_damage(&self, after_last_empty: bool) -> std::result::Result<(), IndexDamage> {
         let h = self.read();
         let damage = |offset: usize, reason: String| Err(IndexDamage { offset: offset as u64, reason });
         if i64::from(h.index_count) > i64::from(self.index_num) {
@@ -413,11 +436,10 @@ impl IndexFile {
         }
         // Entries are written in order from entry 1 on: the one after the last holds nothing yet. (A count
         // lowered by damage would hide the entries after it from every query, and a file saying it holds none
-        // would be written over from entry 1.) Not in a view: there the entries after its header are a live
-        // writer's later ones, or, in a store nobody writes, bytes the view's own dispatch writes over in memory
-        // from the header's endPhyOffset on (what the header covers is checked below all the same).
+        // would be written over from entry 1.) Not beside a live writer: there they are the writer's later
+        // entries (what the header covers is checked below all the same).
         let next = h.index_count.max(1);
-        if i64::from(next) < i64::from(self.index_num) && self.map.storage() != crate::mmap::Storage::Overlay {
+        if i64::from(next) < i64::from(self.index_num) && after_last_empty {
             let pos = self.entry_pos(next);
             if self.map.slice(pos, ENTRY_SIZE).is_some_and(|b| b.iter().any(|&x| x != 0)) {
                 return damage(
@@ -530,10 +552,10 @@ impl IndexFile {
         let Some(slots) = self.map.slice(HEADER_SIZE, slot_num * SLOT_SIZE) else {
             return damage(HEADER_SIZE, "the slot table lies outside the file".into());
         };
-        let overlay = self.map.storage() == crate::mmap::Storage::Overlay;
+        let beside_writer = self.is_beside_writer();
         for (i, (stored, want)) in slots.chunks_exact(SLOT_SIZE).zip(&newest).enumerate() {
             let mut stored = i32::from_be_bytes([stored[0], stored[1], stored[2], stored[3]]);
-            if overlay && stored >= count {
+            if beside_writer && stored >= count {
                 // A live writer's later entry: its chain leads back to what the view's header covers, as a query
                 // reads it (`before_snapshot_end`).
                 stored = self.before_snapshot_end(stored, count);

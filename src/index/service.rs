@@ -258,6 +258,13 @@ impl IndexService {
         Ok(names)
     }
 
+    /// Marks a view's files as ones a live writer may still be filling ([`IndexFile::set_beside_writer`]).
+    pub fn set_beside_writer(&self) {
+        for f in self.list().iter() {
+            f.set_beside_writer();
+        }
+    }
+
     /// End timestamp of the last index file this process filled and rolled, 0 if none (RocketMQ's
     /// checkpoint `indexMsgTimestamp`: files ending after it are rebuilt by its recovery after a crash).
     pub fn rolled_end_timestamp(&self) -> i64 {
@@ -777,18 +784,7 @@ mod tests {
         let one_slot = IndexConfig { max_hash_slot_num: 1, max_index_num: 64, max_msgs_num_batch: 64 };
         let fixed = || 1_700_000_000_000;
         let writer = IndexService::load_with_clock(dir.path(), one_slot, fixed).unwrap();
-        let put = |i: i64| {
-            let key = format!("k{i}");
-            let req = IndexRequest {
-                topic: "T",
-                commitlog_offset: 100 * i,
-                store_timestamp: 1_700_000_000_000 + i,
-                transaction: TransactionType::NotType,
-                uniq_key: None,
-                keys: Some(&key),
-            };
-            writer.build_index(&req).unwrap();
-        };
+        let put = |i: i64| index_key(&writer, i);
         (0..5).for_each(put);
         let view = IndexService::load_in(Storage::Overlay, dir.path(), one_slot, fixed).unwrap();
         // The writer goes on: the one slot now points at entries after the view's header.
@@ -813,6 +809,20 @@ mod tests {
         }
     }
 
+    /// Indexes key `k{i}` of a message at commitlog offset `100 * i`, stored `i` ms after 1,700,000,000,000.
+    fn index_key(svc: &IndexService, i: i64) {
+        let key = format!("k{i}");
+        let req = IndexRequest {
+            topic: "T",
+            commitlog_offset: 100 * i,
+            store_timestamp: 1_700_000_000_000 + i,
+            transaction: TransactionType::NotType,
+            uniq_key: None,
+            keys: Some(&key),
+        };
+        svc.build_index(&req).unwrap();
+    }
+
     /// Writes `h` over the header of the file at `path` (as another process's mapping would).
     fn write_header(path: &Path, h: &crate::index::file::IndexHeader) {
         use std::os::unix::fs::FileExt;
@@ -828,23 +838,16 @@ mod tests {
         let cfg = IndexConfig { max_hash_slot_num: 4, max_index_num: 64, max_msgs_num_batch: 64 };
         let fixed = || 1_700_000_000_000;
         let writer = IndexService::load_with_clock(dir.path(), cfg, fixed).unwrap();
-        let put = |i: i64| {
-            let key = format!("k{i}");
-            let req = IndexRequest {
-                topic: "T",
-                commitlog_offset: 100 * i,
-                store_timestamp: 1_700_000_000_000 + i,
-                transaction: TransactionType::NotType,
-                uniq_key: None,
-                keys: Some(&key),
-            };
-            writer.build_index(&req).unwrap();
-        };
+        let put = |i: i64| index_key(&writer, i);
         (0..12).for_each(put);
         let view = IndexService::load_in(Storage::Overlay, dir.path(), cfg, fixed).unwrap();
         (12..20).for_each(put); // every slot moves past the view's header, entries follow its last
         let file = view.files().pop().unwrap();
         assert_eq!(file.header().index_count, 13);
+        // A view that does not know of a writer (nobody held the lock at its open): what a crash would leave.
+        assert!(file.check_header().is_err());
+        assert!(file.verify().is_err());
+        view.set_beside_writer();
         assert_eq!(file.check_header(), Ok(()));
         assert_eq!(file.verify(), Ok(()));
         // The same bytes on disk (a writable open) are damage: a count lowered, slots past it.
@@ -864,18 +867,7 @@ mod tests {
         let cfg = IndexConfig { max_hash_slot_num: 4, max_index_num: 64, max_msgs_num_batch: 64 };
         let fixed = || 1_700_000_000_000;
         let writer = IndexService::load_with_clock(dir.path(), cfg, fixed).unwrap();
-        for i in 0..6i64 {
-            let key = format!("k{i}");
-            let req = IndexRequest {
-                topic: "T",
-                commitlog_offset: 100 * i,
-                store_timestamp: 1_700_000_000_000 + i,
-                transaction: TransactionType::NotType,
-                uniq_key: None,
-                keys: Some(&key),
-            };
-            writer.build_index(&req).unwrap();
-        }
+        (0..6).for_each(|i| index_key(&writer, i));
         let path = writer.files().pop().unwrap().path().to_owned();
         let whole = writer.files().pop().unwrap().header();
         let mut half = whole;

@@ -79,6 +79,13 @@ impl MessageStore {
         } else {
             None
         };
+        if let Some(ix) = index.as_ref().filter(|_| options.read_only) {
+            // A view of a store another process holds the lock of: the newest index file is that writer's work
+            // in progress, not damage to rebuild from the commitlog at every open.
+            if crate::checkpoint::lock_holder(root).is_some() {
+                ix.set_beside_writer();
+            }
+        }
         let mut holes = Vec::new();
         let mut torn_entries = Vec::new();
         for cq in queues.all() {
