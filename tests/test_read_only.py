@@ -412,3 +412,30 @@ def test_opening_again_and_again_beside_a_writer_that_rolls_every_few_messages(t
         if writer.stdout:
             writer.stdout.close()
     assert opens >= 3 and longest > 0
+
+
+def test_a_lost_index_header_update_is_rebuilt_by_a_view_when_nobody_holds_the_lock(tmp_path: Path) -> None:
+    """Entries after the newest index file's indexCount are a live writer's progress only while a writer holds
+    the store's lock; in a crashed store nobody writes they are a lost header update, which a view rebuilds in
+    memory and reports as a writable open repairs it (and nothing on disk changes)."""
+    root = tmp_path / "crashed"
+    with rmq.MessageStore(root, small_config()) as store:
+        for i in range(49):
+            store.put("T", b"m%d" % i, keys=f"k{i}")
+        assert store.wait_dispatched(10.0)
+        index = sorted((root / "index").iterdir())[-1]
+        header = index.read_bytes()[:40]  # the header before the last key
+        store.put("T", b"m49", keys="k49")
+        assert store.wait_dispatched(10.0)
+    assert index.read_bytes()[:40] != header
+    with open(index, "r+b") as fh:
+        fh.write(header)  # the last key's entry and slot reached the disk, its header update did not
+    (root / "abort").touch()
+    before = snapshot(root)
+    with rmq.MessageStore(root, small_config(), read_only=True) as view:
+        rebuilt = view.recovery_report["rebuilt_index_files"]
+        assert len(rebuilt) == 1 and str(index) in rebuilt[0], rebuilt
+        assert [m.body for m in view.query_message("T", "k49", 4).messages] == [b"m49"]
+    assert snapshot(root) == before
+    with rmq.MessageStore(root, small_config(), start_services=False) as store:
+        assert store.recovery_report["rebuilt_index_files"] == rebuilt
