@@ -487,7 +487,9 @@ impl CommitLog {
     fn valid_records_after(&self, p: u64, nonzero_end: u64) -> Vec<(u64, RecordHeader)> {
         let Some(last) = self.queue.last() else { return Vec::new() };
         let opts = CheckOptions { check_crc: true, force_prop_crc: false };
-        let (mut out, limit, prop_crc) = (Vec::new(), nonzero_end.min(last.end()), self.cfg.enabled_append_prop_crc);
+        let limit = nonzero_end.min(last.end());
+        let prop_crc = self.cfg.enabled_append_prop_crc;
+        let mut out = Vec::new();
         let mut from = p + 1;
         while let Some(q) = find_valid_record_starting_before(&self.queue, from, limit, prop_crc) {
             let Some(file) = self.queue.find(q) else { break };

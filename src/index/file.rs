@@ -120,6 +120,15 @@ impl std::fmt::Debug for IndexFile {
     }
 }
 
+/// The header stored at the start of `map` (a stored indexCount ≤ 0 reads as 1); `None` if unreadable.
+fn stored_header(map: &MappedFile) -> Option<IndexHeader> {
+    let mut h = map.slice(0, HEADER_SIZE).and_then(IndexHeader::decode)?;
+    if h.index_count <= 0 {
+        h.index_count = 1;
+    }
+    Some(h)
+}
+
 impl IndexFile {
     /// Creates a fresh (zero, sparse) file continuing after a previous file whose header ended at
     /// `prev_end_phy_offset` / `prev_end_timestamp` (0 for the first file). As in RocketMQ, only those
@@ -176,14 +185,11 @@ impl IndexFile {
     pub fn open_in(storage: Storage, path: &Path, cfg: IndexConfig) -> Result<Self> {
         cfg.validate()?;
         let map = MappedFile::open_in(storage, path, 0, cfg.file_size())?;
-        let mut h = map.slice(0, HEADER_SIZE).and_then(IndexHeader::decode).ok_or_else(|| Error::Corruption {
+        let h = stored_header(&map).ok_or_else(|| Error::Corruption {
             path: path.to_owned(),
             offset: 0,
             reason: "index header unreadable".into(),
         })?;
-        if h.index_count <= 0 {
-            h.index_count = 1;
-        }
         let f = Self::from_parts(map, cfg, h);
         if storage == Storage::Overlay {
             f.settle_header();
@@ -206,10 +212,10 @@ impl IndexFile {
     }
 
     /// In a view of a file a live writer may be filling: the header read again (at most 64 times) until it
-    /// agrees with the entries it names ([`IndexFile::check_header`], but for the entry after the last). A writer updates the header after each
-    /// key, field by field in RocketMQ, so a read in between can pair one key's indexCount with the previous
-    /// key's endPhyOffset: damage to a check, a rebuild of the whole file for the view. A header that still
-    /// disagrees is damage, checked and handled as on disk.
+    /// agrees with the entries it names ([`IndexFile::check_header`], but for the entry after the last). A
+    /// writer updates the header after each key, field by field in RocketMQ, so a read in between can pair one
+    /// key's indexCount with the previous key's endPhyOffset: damage to a check, a rebuild of the whole file
+    /// for the view. A header that still disagrees is damage, checked and handled as on disk.
     fn settle_header(&self) {
         for _ in 0..64 {
             // The entry after the last may be the writer's next one already: not asked here.
@@ -220,10 +226,7 @@ impl IndexFile {
             #[cfg(test)]
             tests::SETTLE.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-            let Some(mut h) = self.map.slice(0, HEADER_SIZE).and_then(IndexHeader::decode) else { return };
-            if h.index_count <= 0 {
-                h.index_count = 1;
-            }
+            let Some(h) = stored_header(&self.map) else { return };
             *self.header.write().unwrap_or_else(std::sync::PoisonError::into_inner) = h;
         }
     }
