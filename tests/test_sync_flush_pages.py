@@ -119,13 +119,23 @@ def test_under_async_flush_a_fast_writer_fills_a_new_segment_in_2_mib_folios(tmp
     """Without `MADV_HUGEPAGE` the kernel sizes a new file's folios by its read-ahead, which grows them step by
     step: the first tens of MiB of every segment were mapped by 4 KiB entries, and each such page's write-back
     sent a TLB-shootdown interrupt to the CPUs running the process (50,000-65,000 in 2,000,000 puts of 128
-    bytes, against 15,000-21,000 now). The warm service now asks for 2 MiB folios for a fast writer."""
-    root = tmp_path / "store"
-    segment = 64 * MIB
-    with rmq.MessageStore(root, rmq.StoreConfig(mapped_file_size_commit_log=segment)) as store:
-        batch = [b"h" * 4096] * 64
-        while store.max_offset < segment + 40 * MIB:
-            store.put_batch("T", batch)
-        second = sorted((root / "commitlog").iterdir())[1]
-        assert "hg" in vm_flags(second)
-        assert file_pmd_mapped_kib(second) >= 32 * 1024, "the new segment is mapped by 2 MiB entries"
+    bytes, against 15,000-21,000 now). The warm service now asks for 2 MiB folios for a fast writer.
+
+    Of the second segment's first 64 MiB (40 written, the rest faulted in ahead), 2 MiB entries map 42-64 MiB
+    with the advice and 2-24 MiB without it. The warm service judges the writer's pace over the time between
+    its rounds, so a writer the host stops for half a second or more is judged slow, correctly, and gets single
+    pages from there on (24-44 MiB mapped by 2 MiB entries when this loop sleeps 1.2 s once, as a loaded CI host
+    did to it once): a run counts if any of three stores gets the large folios."""
+    mapped = []
+    for attempt in range(3):
+        root = tmp_path / f"store{attempt}"
+        segment = 64 * MIB
+        with rmq.MessageStore(root, rmq.StoreConfig(mapped_file_size_commit_log=segment)) as store:
+            batch = [b"h" * 4096] * 64
+            while store.max_offset < segment + 40 * MIB:
+                store.put_batch("T", batch)
+            second = sorted((root / "commitlog").iterdir())[1]
+            mapped.append(("hg" in vm_flags(second), file_pmd_mapped_kib(second) // 1024))
+        if mapped[-1][0] and mapped[-1][1] >= 32:
+            return
+    raise AssertionError(f"the new segment is not mapped by 2 MiB entries (advice, MiB so mapped): {mapped}")

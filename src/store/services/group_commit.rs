@@ -116,24 +116,18 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
         while svc.wait_for_running(IDLE_WAIT) {
             let Some(s) = weak.upgrade() else { return };
             s.gather(svc, &gather);
-            match s.group_commit_round(Some(&mut gather)) {
-                Ok(bytes) => {
-                    svc.count_round();
-                    svc.count_work(bytes);
-                }
-                Err(e) => {
-                    // Counted before the store is poisoned and the waiting puts wake: whoever they answer, or
-                    // finds the store poisoned, sees the error in the stats.
-                    svc.record_error(&e);
-                    s.poison(&e);
-                    s.group_commit.notify();
-                }
+            if let Err(e) = s.group_commit_round(svc, Some(&mut gather)) {
+                // Counted before the store is poisoned and the waiting puts wake: whoever they answer, or finds
+                // the store poisoned, sees the error in the stats.
+                svc.record_error(&e);
+                s.poison(&e);
+                s.group_commit.notify();
             }
         }
         // Stopped: one last round for the puts still waiting, then they flush inline themselves.
         if let Some(s) = weak.upgrade() {
             s.group_commit.running.store(false, Ordering::Release);
-            if let Err(e) = s.group_commit_round(None) {
+            if let Err(e) = s.group_commit_round(svc, None) {
                 s.poison(&e); // the notify below wakes the waiting puts, which then answer FLUSH_DISK_TIMEOUT
             }
             *s.group_commit.service.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -149,10 +143,11 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
 
 impl MessageStore {
     /// One round of the service: flushes everything written so far (if anything is unflushed), advances
-    /// `flushed_offset`, and completes the waiting puts. Returns the bytes flushed. A failed flush returns the
-    /// error and changes nothing: the caller records it, poisons the store, then wakes the waiting puts (which
-    /// answer FLUSH_DISK_TIMEOUT, the store being poisoned).
-    pub(crate) fn group_commit_round(&self, mut gather: Option<&mut Gather>) -> Result<u64> {
+    /// `flushed_offset`, counts the round and the bytes flushed in `svc`'s stats, and completes the waiting
+    /// puts (counted first: a put that returns finds its flush in the stats). A failed flush returns the error
+    /// and changes nothing: the caller records it, poisons the store, then wakes the waiting puts (which answer
+    /// FLUSH_DISK_TIMEOUT, the store being poisoned).
+    pub(crate) fn group_commit_round(&self, svc: &ServiceThread, mut gather: Option<&mut Gather>) -> Result<()> {
         let gc = &self.group_commit;
         // The timestamp first: every put that set it was appended before, so lies below the end read next.
         let timestamp = gc.written_timestamp.load(Ordering::Acquire);
@@ -163,13 +158,10 @@ impl MessageStore {
         }
         let target = self.commitlog.max_offset();
         let from = self.flushed_offset.load(Ordering::Acquire);
-        if target <= from {
+        if target <= from || !matches!(*self.state(), State::Open { .. }) {
+            svc.count_round();
             gc.notify();
-            return Ok(0);
-        }
-        if !matches!(*self.state(), State::Open { .. }) {
-            gc.notify();
-            return Ok(0);
+            return Ok(());
         }
         let started = Instant::now();
         self.commitlog.flush_range(from, target)?;
@@ -187,9 +179,11 @@ impl MessageStore {
             self.flushed_timestamp.fetch_max(covered, Ordering::AcqRel);
             self.checkpoint.update(|v| v.physic_msg_timestamp = v.physic_msg_timestamp.max(covered));
         }
+        svc.count_round();
+        svc.count_work(target - from);
         gc.notify();
         self.services().wakeup(super::reput::NAME);
-        Ok(target - from)
+        Ok(())
     }
 
     /// The SYNC_FLUSH part of a put that wrote `[dirty_from, end)` (its records from `end - wrote` on, after

@@ -149,7 +149,6 @@ fn run(store: &Weak<MessageStore>, svc: &ServiceThread) {
         wait = match round(&s, svc) {
             Ok(r) => {
                 svc.count_round();
-                svc.count_work(r.delivered);
                 r.next_due
                     .map_or(IDLE, |due| Duration::from_millis(u64::try_from(due - now_ms()).unwrap_or(0)).min(IDLE))
             }
@@ -207,7 +206,12 @@ pub fn round(store: &MessageStore, svc: &ServiceThread) -> Result<Round> {
             }
             if !entry.is_pre_blank() {
                 match deliver(store, entry.offset, entry.size) {
-                    Ok(true) => out.delivered += 1,
+                    Ok(true) => {
+                        // Counted as it is delivered, before its offset moves on: whoever sees the offset (or
+                        // the message) finds it in the stats.
+                        out.delivered += 1;
+                        svc.count_work(1);
+                    }
                     Ok(false) => {}
                     Err(e) => {
                         result = Err(e);
