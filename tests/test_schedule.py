@@ -114,13 +114,16 @@ def test_delay_level_and_a_delay_property_together_are_refused(tmp_path: Path) -
 def test_each_message_is_delivered_at_its_time_never_early(tmp_path: Path) -> None:
     with rmq.MessageStore(tmp_path / "s", CFG) as store:
         sched: dict[str, tuple[int, int]] = {}  # uniq key -> (scheduled store time, level)
+        started = time.monotonic()
         for i in range(30):
             level = 1 + i % 3
             r = store.put("T", str(i).encode(), queue_id=i % 2, tags="TagA", delay_level=level)
             m = store.read(r.wrote_offset)
             assert m is not None and m.uniq_key is not None
             sched[m.uniq_key] = (m.store_timestamp, level)
-        assert in_topic(store, "T") == [], "nothing is delivered before its time"
+        delivered = in_topic(store, "T")
+        if time.monotonic() - started < DELAY_MS[1] / 1000:  # not so on a host that stalled this thread
+            assert delivered == [], "nothing is delivered before its time"
         wait_until(lambda: len(in_topic(store, "T")) == 30)
         late = []
         for m in in_topic(store, "T"):
@@ -137,7 +140,8 @@ def test_each_message_is_delivered_at_its_time_never_early(tmp_path: Path) -> No
         # Queue offsets of the real topic are consecutive per queue.
         for q in (0, 1):
             assert [m.queue_offset for m in in_topic(store, "T") if m.queue_id == q] == list(range(15))
-        assert store.delay_offsets() == {1: 10, 2: 10, 3: 10}
+        # A level's offset moves past a message after its delivery (which made it visible) and its count.
+        wait_until(lambda: store.delay_offsets() == {1: 10, 2: 10, 3: 10})
         [stats] = [s for s in store.service_stats() if s.name == "schedule"]
         assert stats.running and stats.work == 30 and stats.errors == 0
 

@@ -147,11 +147,14 @@ def test_the_check_asks_after_the_timeout_and_applies_the_answer(store: rmq.Mess
     answers = Answers({b"commit-me": COMMIT, b"drop-me": ROLLBACK})
     offsets = offsets_of(store)
     with TransactionProducer(store, "pg", checker=answers, offsets=offsets) as p:
+        started = time.monotonic()
         for body in (b"commit-me", b"drop-me", b"ask-again", b"ended"):
             r = p.send_in_transaction("T", body, local_transaction=lambda b, a: None)
             assert r.local_transaction_state is UNKNOW
         p.end_transaction(r.half, COMMIT)  # b"ended" is done before any check
-        assert p.check_now()["checks"] == 0, "nothing is checked before transaction_time_out"
+        early = p.check_now()["checks"]
+        if time.monotonic() - started < TIMEOUT_MS / 1000:  # not so on a host that stalled this thread
+            assert early == 0, "nothing is checked before transaction_time_out"
         wait_past_timeout()
         first = p.check_now()
         assert first["checks"] == 3 and first["done"] == 1

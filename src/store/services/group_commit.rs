@@ -144,7 +144,7 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
 impl MessageStore {
     /// One round of the service: flushes everything written so far (if anything is unflushed), advances
     /// `flushed_offset`, counts the round and the bytes flushed in `svc`'s stats, and completes the waiting
-    /// puts (counted first: a put that returns finds its flush in the stats). A failed flush returns the error
+    /// puts (counted before the offset moves: a put that returns finds its flush in the stats). A failed flush returns the error
     /// and changes nothing: the caller records it, poisons the store, then wakes the waiting puts (which answer
     /// FLUSH_DISK_TIMEOUT, the store being poisoned).
     pub(crate) fn group_commit_round(&self, svc: &ServiceThread, mut gather: Option<&mut Gather>) -> Result<()> {
@@ -171,6 +171,10 @@ impl MessageStore {
             g.expect = gc.registered.load(Ordering::SeqCst) - g.began_prev;
         }
         gc.groups.fetch_add(1, Ordering::Relaxed);
+        // Counted before the flushed offset moves: a put that finds its flush done without waiting (it came late
+        // to the wake-up) finds it in the stats too.
+        svc.count_round();
+        svc.count_work(target - from);
         self.flushed_offset.fetch_max(target, Ordering::AcqRel);
         if timestamp > 0 {
             // Store times grow with offsets under the put lock, so every record stored before `timestamp` lies
@@ -179,8 +183,6 @@ impl MessageStore {
             self.flushed_timestamp.fetch_max(covered, Ordering::AcqRel);
             self.checkpoint.update(|v| v.physic_msg_timestamp = v.physic_msg_timestamp.max(covered));
         }
-        svc.count_round();
-        svc.count_work(target - from);
         gc.notify();
         self.services().wakeup(super::reput::NAME);
         Ok(())

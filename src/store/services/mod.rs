@@ -145,8 +145,9 @@ impl ServiceThread {
 
     /// Records a failed round (the service keeps running and retries on its schedule, as RocketMQ's do).
     pub(crate) fn record_error(&self, e: &Error) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
+        // The message first: whoever sees the count go up finds the error it counts.
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        self.errors.fetch_add(1, Ordering::Release);
     }
 
     /// A snapshot of the counters.
@@ -156,7 +157,7 @@ impl ServiceThread {
             running: self.running.load(Ordering::Acquire),
             rounds: self.rounds.load(Ordering::Relaxed),
             work: self.work.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Acquire),
             last_error: self.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
     }

@@ -207,8 +207,8 @@ pub fn round(store: &MessageStore, svc: &ServiceThread) -> Result<Round> {
             if !entry.is_pre_blank() {
                 match deliver(store, entry.offset, entry.size) {
                     Ok(true) => {
-                        // Counted as it is delivered, before its offset moves on: whoever sees the offset (or
-                        // the message) finds it in the stats.
+                        // Counted as it is delivered, before its level's offset moves past it: whoever sees the
+                        // offset (`delay_offsets`) finds it in the stats.
                         out.delivered += 1;
                         svc.count_work(1);
                     }
