@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import snapshot
 from test_interop import HARNESS, maven_classpath
 
 import rmq
@@ -84,6 +85,40 @@ def test_bad_input_is_refused_and_nothing_is_written(store: Any, args: tuple[Any
     with pytest.raises(error):
         store.create_topic(*args, **kwargs)
     assert not Path(store.topics_path).parent.exists() or not Path(store.topics_path).exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("../x", rmq.InvalidTopicError),
+        ("a/b", rmq.InvalidTopicError),
+        ("", rmq.InvalidTopicError),
+        ("x" * 128, rmq.InvalidTopicError),
+        ("SCHEDULE_TOPIC_XXXX", rmq.InvalidTopicError),
+        (5, rmq.ArgumentTypeError),
+    ],
+)
+def test_delete_topic_refuses_bad_names_and_writes_nothing(tmp_path: Path, name: Any, error: type[Exception]) -> None:
+    root = tmp_path / "store"
+    with rmq.MessageStore(root) as s:
+        before, mtime = snapshot(root), root.stat().st_mtime_ns
+        with pytest.raises(error):
+            s.delete_topic(name)
+        assert snapshot(root) == before and root.stat().st_mtime_ns == mtime
+
+
+def test_deleting_a_topic_that_is_not_configured_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with rmq.MessageStore(root) as s:
+        before = snapshot(root)
+        assert s.delete_topic("Absent") is False
+        assert snapshot(root) == before, "no config directory, no lock file"
+        s.create_topic("T", 2)
+        before = snapshot(root)
+        assert s.delete_topic("Absent") is False
+        assert snapshot(root) == before
+        assert s.delete_topic("T") is True
+        assert s.topic_config("T") is None
 
 
 def test_read_only_store_refuses_changes(tmp_path: Path) -> None:

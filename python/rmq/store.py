@@ -318,9 +318,11 @@ class MessageStore(_native.MessageStore):
         return self._topics.put(config)
 
     def delete_topic(self, name: str) -> bool:
-        """Removes a topic's configuration; returns False when it had none. Its messages, consume queues and
-        consumer offsets stay: the topic is then unconfigured again (any queue id accepted, as before)."""
-        _args.text(name, "name")
+        """Removes a topic's configuration; returns False when it had none (and writes nothing). Its messages,
+        consume queues and consumer offsets stay: the topic is then unconfigured again (any queue id accepted,
+        as before). A name `create_topic` would refuse (`TopicValidator`'s rules, a system topic, as the
+        broker's `deleteTopic`) raises `InvalidTopicError` and nothing is written."""
+        _native.check_topic_config_name(_args.text(name, "name"))
         self._check_writable()
         return self._topics.delete(name)
 

@@ -262,6 +262,10 @@ class TopicConfigManager:
     def delete(self, name: str) -> bool:
         """Removes a topic's configuration (`deleteTopicConfig`) and persists; False when it had none."""
         name = _args.text(name, "name")
+        with self._lock:
+            self._refresh(force=True)
+            if name not in self._configs:
+                return False  # nothing to remove: no lock file, no write (a process adding it now comes after)
         with self._locked():
             if not self._table.remove(name):
                 return False
