@@ -608,6 +608,8 @@ impl StoreConfig {
             return Err(Error::InvalidConfig("transient_store_pool_size must be at least 1".into()));
         }
         self.clean.validate()?;
+        crate::message::tags::check_delay_levels(&self.dispatch.message_delay_level)
+            .map_err(|why| Error::InvalidConfig(format!("message_delay_level: {why}")))?;
         if let Some(name) = &self.broker.broker_cluster_name {
             crate::message::properties::check_property(crate::message::properties::keys::CLUSTER, name)?;
         }

@@ -88,6 +88,15 @@ pub fn split_java(s: &str, sep: char) -> Vec<&str> {
     parts
 }
 
+/// Java `Long.parseLong`: optional sign, ASCII digits only, no whitespace, must fit i64.
+pub fn parse_long(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<i64>().ok()
+}
+
 /// Java `Integer.parseInt`: optional sign, ASCII digits only, no whitespace, must fit i32.
 pub fn parse_int(s: &str) -> Option<i32> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);

@@ -344,6 +344,13 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], type[BaseException]]] = [
     ("bad store host", {"store_host": "nope"}, rmq.InvalidInputError),
     ("empty cluster name", {"broker_cluster_name": ""}, rmq.InvalidInputError),
     ("cluster name with 0x01", {"broker_cluster_name": "a\x01b"}, rmq.InvalidInputError),
+    # RocketMQ's parseDelayLevel fails (and the broker does not load) on each of these.
+    ("delay level without a unit", {"message_delay_level": "1x 2y"}, rmq.InvalidConfigError),
+    ("delay level in upper case", {"message_delay_level": "1s 1S"}, rmq.InvalidConfigError),
+    ("fractional delay level", {"message_delay_level": "1.5s"}, rmq.InvalidConfigError),
+    ("two spaces between levels", {"message_delay_level": "1s  2s"}, rmq.InvalidConfigError),
+    ("empty delay levels", {"message_delay_level": ""}, rmq.InvalidConfigError),
+    ("delay level past a long", {"message_delay_level": "99999999999999999999s"}, rmq.InvalidConfigError),
 ]
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import snapshot
 from test_interop import HARNESS, maven_classpath
 
 import rmq
+from conftest import snapshot
 from rmq import _native
 from rmq.consumer import topic_queues
 from rmq.push import ConsumeStatus, PushConsumer

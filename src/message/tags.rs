@@ -9,22 +9,37 @@ pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 /// RocketMQ's default `messageDelayLevel`.
 pub const DEFAULT_DELAY_LEVELS: &str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h";
 
-/// `parseDelayLevel`: delay in ms per level (index 0 = level 1). Entries with an unknown unit are skipped.
+/// `parseDelayLevel`: delay in ms per level (index 0 = level 1), for a spec [`check_delay_levels`] accepts (a
+/// store's config is checked when it opens); an entry it refuses is skipped.
 pub fn parse_delay_levels(spec: &str) -> Vec<i64> {
+    java::split_java(spec, ' ').into_iter().filter_map(|item| delay_of(item).ok()).collect()
+}
+
+/// `parseDelayLevel`'s acceptance: the delays in ms per level, or why the spec is refused. RocketMQ's schedule
+/// service fails to load (and the broker with it) on any entry that is not a Java `long` followed by one of
+/// `s`, `m`, `h`, `d` (an empty spec or entry, as from two spaces in a row; `1S`, `1.5s`, a number past
+/// `long`); a spec of spaces only defines no levels (Java's `split` drops trailing empty strings). The product
+/// wraps around as Java's `long` does.
+pub fn check_delay_levels(spec: &str) -> Result<Vec<i64>, String> {
     java::split_java(spec, ' ')
         .into_iter()
-        .filter_map(|item| {
-            let unit = match item.chars().last()? {
-                's' => 1000,
-                'm' => 60_000,
-                'h' => 3_600_000,
-                'd' => 86_400_000,
-                _ => return None,
-            };
-            let n: i64 = item.get(..item.len() - 1)?.parse().ok()?;
-            Some(n * unit)
-        })
+        .enumerate()
+        .map(|(i, item)| delay_of(item).map_err(|why| format!("level {} ({item:?}) {why}", i + 1)))
         .collect()
+}
+
+fn delay_of(item: &str) -> Result<i64, &'static str> {
+    let unit: i64 = match item.chars().last() {
+        Some('s') => 1000,
+        Some('m') => 60_000,
+        Some('h') => 3_600_000,
+        Some('d') => 86_400_000,
+        Some(_) => return Err("does not end in s, m, h or d"),
+        None => return Err("is empty"),
+    };
+    let digits = &item[..item.len() - 1];
+    let n = crate::java::parse_long(digits).ok_or("is not a whole number of that unit")?;
+    Ok(n.wrapping_mul(unit))
 }
 
 /// Why a tagsCode could not be computed (the record is then treated as corrupt by RocketMQ).
@@ -69,6 +84,21 @@ pub fn tags_code_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delay_levels_are_accepted_and_refused_as_parse_delay_level_does() {
+        assert_eq!(check_delay_levels(DEFAULT_DELAY_LEVELS), Ok(parse_delay_levels(DEFAULT_DELAY_LEVELS)));
+        assert_eq!(check_delay_levels("1s 1m 2h").map(|l| l.len()), Ok(3));
+        assert_eq!(check_delay_levels("+5s -1s 0m 2d 3h "), Ok(vec![5000, -1000, 0, 172_800_000, 10_800_000]));
+        // Spaces only: Java's split drops the trailing empty strings, no levels.
+        assert_eq!(check_delay_levels("   "), Ok(vec![]));
+        // Java's long arithmetic wraps.
+        assert_eq!(check_delay_levels("999999999999d"), Ok(vec![999_999_999_999_i64.wrapping_mul(86_400_000)]));
+        for bad in ["", "1s  2s", " 1s", "1S", "1.5s", "1x 2y", "s", "+s", "1 s", "99999999999999999999s", "1sec"] {
+            assert!(check_delay_levels(bad).is_err(), "{bad:?} is accepted");
+        }
+        assert_eq!(check_delay_levels("1s 2S"), Err("level 2 (\"2S\") does not end in s, m, h or d".to_owned()));
+    }
 
     #[test]
     fn vectors_16_4() {
