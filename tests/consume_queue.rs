@@ -218,9 +218,14 @@ fn correct_min_offset_cases() {
     // An intact min whose entry is still in the log stays.
     cq.correct_min_offset(300);
     assert_eq!(cq.min_offset(), 4);
-    // m beyond every entry of the first file: only the first file is searched, the min stays.
+    // m beyond every entry of the first file (5 entries a file here): the search goes on in the next file
+    // (RocketMQ searches the first file only and leaves the min where it was until its cleanup deletes the
+    // file; a kill between the commitlog's deletion and that cleanup left such queues).
     cq.correct_min_offset(700);
-    assert_eq!(cq.min_offset(), 4);
+    assert_eq!(cq.min_offset(), 7);
+    // ... and past whole files, from the file holding the min.
+    cq.correct_min_offset(1050);
+    assert_eq!(cq.min_offset(), 11);
     // Last entry below m: the whole queue is stale, min = max.
     cq.correct_min_offset(5000);
     assert_eq!(cq.min_offset(), 12);

@@ -201,3 +201,32 @@ def test_a_consumer_behind_the_minimum_continues_from_it(tmp_path: Path) -> None
         for q in (0, 1):
             assert sorted(seen[q]) == list(range(mins[q], maxs[q])), q
             assert offsets.query_offset("G", "TopicA", q) == maxs[q]
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_kill_between_the_logs_deletion_and_the_queues_cleanup_opens_with_the_right_minimum(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """Retention deletes commitlog segments first, then the consume-queue files wholly below the new minimum and
+    corrects the queues' minimums. A kill between the two (here: segments deleted by hand after a kill's abort
+    file) left queues whose first files point only into deleted segments: the open kept their minimum at 0, and
+    `get_message` from it answered MESSAGE_WAS_REMOVING until a cleanup round ran (RocketMQ's load does the same
+    and its cleanup service fixes it 10 s later). Now the open's correction searches past such files."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, cfg()) as store:
+        offsets = fill(store, 200)  # 200 records of about 2 KiB in 64 KiB segments; 20 entries a queue file
+    (root / "abort").touch()  # as a kill leaves it
+    gone = segments(root)[:4]
+    for seg in gone:
+        seg.unlink()
+    log_min = 4 * SEG
+    with rmq.MessageStore(root, cfg(), read_only=read_only) as store:
+        assert store.min_offset == log_min
+        for q in (0, 1):
+            first = next(i // 2 for i, off in enumerate(offsets) if i % 2 == q and off >= log_min)
+            assert first >= 20, "the queue's whole first file points into deleted segments"
+            assert store.get_min_offset_in_queue("TopicA", q) == first
+            r = store.get_message("g", "TopicA", q, 0, 32)
+            assert (r.status, r.next_begin_offset) == (rmq.GetMessageStatus.OFFSET_TOO_SMALL, first)
+            r = store.get_message("g", "TopicA", q, first, 1)
+            assert r.status == rmq.GetMessageStatus.FOUND and r.messages[0].commitlog_offset >= log_min

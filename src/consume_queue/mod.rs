@@ -528,7 +528,11 @@ impl ConsumeQueue {
     }
 
     /// `correctMinOffset(minCommitLogOffset)` (spec §6.5): moves the min offset to the first entry whose
-    /// record is still in the commitlog.
+    /// record is still in the commitlog. RocketMQ searches the first file only, since its consume-queue cleanup
+    /// deletes the files wholly below the commitlog's min before it corrects; rmq goes on to the next file when
+    /// every entry of one is below it: after a kill between retention's commitlog deletion and its consume-queue
+    /// cleanup (or a copy of the store made then), the queue's min is right from the open, not from the first
+    /// cleanup round on (RocketMQ's `CleanConsumeQueueService` comes 10 s after its start).
     pub fn correct_min_offset(&self, min_commitlog_offset: i64) {
         let m = min_commitlog_offset;
         let _w = self.lock();
@@ -537,7 +541,7 @@ impl ConsumeQueue {
         if min_logical >= max_logical {
             return;
         }
-        let (Some(first), Some(last)) = (self.files.first(), self.files.last()) else { return };
+        let Some(last) = self.files.last() else { return };
         // Stale whole queue: the last entry's record is gone. (The last entry need not be in the last file: a
         // file after it may exist empty, e.g. after a power loss kept a newer file's entry but not its pages.)
         let newest = self.files.find(max_logical - UNIT).unwrap_or(last);
@@ -549,31 +553,38 @@ impl ConsumeQueue {
         }
         // Pre-blank entries never count as "still in the commitlog" (RocketMQ would stop on them when m = 0).
         let at_or_after = |e: &CqEntry| !e.is_pre_blank() && e.offset >= m;
-        let (start, intact) = match min_logical.checked_sub(first.start()) {
-            Some(s) => (s, true),
-            None => (0, false),
-        };
-        let read_end = first.end().min(max_logical);
-        if first.start() + start >= read_end {
-            return;
-        }
-        let count = (read_end - first.start() - start) / UNIT;
-        let entry_at = |i: u64| self.read_entry(&first, first.start() + start + i * UNIT);
-        if intact && entry_at(0).is_some_and(|e| at_or_after(&e)) {
-            return;
-        }
-        // First entry with offset >= m by binary search over the (sorted) commitlog offsets, pre-blanks first.
-        let (mut lo, mut hi) = (0u64, count);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if entry_at(mid).is_some_and(|e| at_or_after(&e)) {
-                hi = mid;
-            } else {
-                lo = mid + 1;
+        for file in self.files.files().iter() {
+            let (start, intact) = match min_logical.checked_sub(file.start()) {
+                Some(s) if s < file.size() => (s, true),
+                Some(_) => continue, // the min lies after this file
+                None => (0, false),
+            };
+            let read_end = file.end().min(max_logical);
+            if file.start() + start >= read_end {
+                return;
             }
-        }
-        if lo < count {
-            self.min_logical.store(first.start() + start + lo * UNIT, Ordering::Release);
+            let count = (read_end - file.start() - start) / UNIT;
+            let entry_at = |i: u64| self.read_entry(file, file.start() + start + i * UNIT);
+            if intact && entry_at(0).is_some_and(|e| at_or_after(&e)) {
+                return;
+            }
+            if count > 0 && read_end < max_logical && entry_at(count - 1).is_some_and(|e| !at_or_after(&e)) {
+                continue; // every entry of this file is below the commitlog's min (a newer file holds the rest)
+            }
+            // First entry with offset >= m by binary search over the (sorted) commitlog offsets, pre-blanks first.
+            let (mut lo, mut hi) = (0u64, count);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if entry_at(mid).is_some_and(|e| at_or_after(&e)) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            if lo < count {
+                self.min_logical.store(file.start() + start + lo * UNIT, Ordering::Release);
+            }
+            return;
         }
     }
 
