@@ -180,6 +180,26 @@ def test_each_damage_has_its_finding_and_verdict(base: tuple[Path, list[int]], t
     assert snapshot(root) == before
 
 
+def test_a_segment_after_the_end_that_holds_a_torn_write_is_not_called_empty(
+    base: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    """Bytes a killed writer left in the segment after the one the log ends in (pre-allocated, then written into
+    before the kill) go with the torn write; the note on that segment said it held nothing."""
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    preallocated_segment(root, base[1])
+    ahead = sorted((root / "commitlog").iterdir())[-1]
+    patch(ahead, 2000, b"\xab" * 200)
+    (root / "abort").write_bytes(b"")
+    before = snapshot(root)
+    rep: dict[str, Any] = check_store(root, CONFIG)
+    assert snapshot(root) == before
+    assert not any("hold nothing" in f["what"] for f in rep["findings"]), rep["findings"]
+    (note,) = [f for f in rep["findings"] if f["kind"] == "note"]
+    assert "torn write" in note["what"], note
+    assert rep["clean"] and "discards the torn write" in rep["rmq_verdict"], rep
+
+
 def test_truncation_verdict_counts_what_rocketmq_drops(base: tuple[Path, list[int]], tmp_path: Path) -> None:
     root = tmp_path / "s"
     shutil.copytree(base[0], root)

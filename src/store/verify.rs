@@ -153,12 +153,24 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
         });
     }
     if open.removed_files > 0 {
+        // The torn write's non-zero bytes run from the end to `end + torn_bytes`: past the end's segment, the
+        // segments after it hold part of it (written into before the kill), not nothing.
+        let size = log.file_size().max(1);
+        let torn_past_segment = open.end_offset + open.torn_bytes > (open.end_offset / size + 1) * size;
+        let what = if torn_past_segment {
+            format!(
+                "{} segment(s) after the end hold bytes of the torn write after it (written past the end before                  the process was killed); the open removes them",
+                open.removed_files
+            )
+        } else {
+            format!("{} segment(s) after the end hold nothing (pre-allocated)", open.removed_files)
+        };
         rep.findings.push(Finding {
             area: "commitlog",
             kind: "note",
             path: log.queue().dir().to_owned(),
             offset: open.end_offset as i64,
-            what: format!("{} segment(s) after the end hold nothing (pre-allocated)", open.removed_files),
+            what,
         });
     }
     check_queues(skipped, &seen, &delay_levels, log, horizon, &mut rep);
