@@ -90,20 +90,21 @@ pub fn split_java(s: &str, sep: char) -> Vec<&str> {
 
 /// Java `Long.parseLong`: optional sign, ASCII digits only, no whitespace, must fit i64.
 pub fn parse_long(s: &str) -> Option<i64> {
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse::<i64>().ok()
+    parse_integer(s)
 }
 
 /// Java `Integer.parseInt`: optional sign, ASCII digits only, no whitespace, must fit i32.
 pub fn parse_int(s: &str) -> Option<i32> {
+    parse_integer(s)
+}
+
+/// Java's `parseInt` / `parseLong` checks (an optional sign, then ASCII digits only), then the parse as `T`.
+fn parse_integer<T: std::str::FromStr>(s: &str) -> Option<T> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    s.parse::<i32>().ok()
+    s.parse::<T>().ok()
 }
 
 /// A key of a Java hash map: its `hashCode()` (equality is Rust's).

@@ -144,9 +144,9 @@ pub(crate) fn spawn(store: &Arc<MessageStore>) -> Result<()> {
 impl MessageStore {
     /// One round of the service: flushes everything written so far (if anything is unflushed), advances
     /// `flushed_offset`, counts the round and the bytes flushed in `svc`'s stats, and completes the waiting
-    /// puts (counted before the offset moves: a put that returns finds its flush in the stats). A failed flush returns the error
-    /// and changes nothing: the caller records it, poisons the store, then wakes the waiting puts (which answer
-    /// FLUSH_DISK_TIMEOUT, the store being poisoned).
+    /// puts (counted before the offset moves: a put that returns finds its flush in the stats). A failed flush
+    /// returns the error and changes nothing: the caller records it, poisons the store, then wakes the waiting
+    /// puts (which answer FLUSH_DISK_TIMEOUT, the store being poisoned).
     pub(crate) fn group_commit_round(&self, svc: &ServiceThread, mut gather: Option<&mut Gather>) -> Result<()> {
         let gc = &self.group_commit;
         // The timestamp first: every put that set it was appended before, so lies below the end read next.
