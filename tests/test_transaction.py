@@ -8,6 +8,7 @@ The byte-for-byte comparison with RocketMQ 5.3.1 is in test_transaction_interop.
 
 from __future__ import annotations
 
+import errno
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import rmq
+from rmq.testing import injected_fault
 from rmq.transaction import (
     CHECK_GROUP,
     CHECK_MAX_TIME_TOPIC,
@@ -262,6 +264,48 @@ def test_bad_ends_are_typed_errors_that_write_nothing(store: rmq.MessageStore) -
     with pytest.raises(rmq.ArgumentTypeError):
         TransactionProducer(store, "pg", checker=lambda m: COMMIT)  # a checker needs the offsets manager
     assert bodies(store, "T") == [b"plain"]
+
+
+def test_a_commit_whose_op_record_cannot_be_written_writes_nothing_and_can_be_retried(tmp_path: Path) -> None:
+    """The commit and its op record are one append: when the op record would need a new segment and the disk
+    is full, the end fails having written neither (RocketMQ writes the commit first, so its failure leaves the
+    message committed and the half open)."""
+    segment = 64 * 1024
+    root = tmp_path / "store"
+    store = rmq.MessageStore(root, config(mapped_file_size_commit_log=segment), start_services=False)
+    p = TransactionProducer(store, "pg")
+    committed, op = p.end_transaction(p.send_half("Real", b"first"), COMMIT)
+    assert committed is not None and op is not None
+    assert op.wrote_offset == committed.wrote_offset + committed.wrote_bytes  # back to back, commit first
+    half = p.send_half("Real", b"B" * 200)
+    commit_size = committed.wrote_bytes + 195  # the same record with a 200-byte body
+    # Pad the segment so that the commit fits in it, with room for the end-of-file blank, and the op does not.
+    pad = store.put("Pad", b"p")
+    left = segment - store.max_offset % segment
+    store.put("Pad", b"p" * (left - (commit_size + 8 + 16) - (pad.wrote_bytes - 1)))
+    assert segment - store.max_offset % segment == commit_size + 8 + 16 < commit_size + op.wrote_bytes + 8
+    end, real, ops = store.max_offset, store.next_queue_offset("Real", 0), store.next_queue_offset(OP_TOPIC, 0)
+    with injected_fault("allocate", times=None, errno=errno.ENOSPC, path=root / "commitlog"):
+        with pytest.raises(rmq.DiskFullError):
+            p.end_transaction(half, COMMIT)
+    assert (store.max_offset, store.next_queue_offset("Real", 0), store.next_queue_offset(OP_TOPIC, 0)) == (
+        end,
+        real,
+        ops,
+    )
+    assert bodies(store, "Real", queues=1) == [b"first"]
+    # Nothing was ended: the retry commits it, once, with its op record in the next segment.
+    committed, op = p.end_transaction(half, COMMIT)
+    assert committed is not None and op is not None
+    assert committed.wrote_offset == end - end % segment + segment
+    assert op.wrote_offset == committed.wrote_offset + committed.wrote_bytes
+    assert bodies(store, "Real", queues=1) == sorted([b"first", b"B" * 200])
+    with pytest.raises(rmq.TransactionError):
+        p.end_transaction(half, ROLLBACK)
+    store.close()
+    with rmq.MessageStore(root, config(mapped_file_size_commit_log=segment), start_services=False) as again:
+        assert bodies(again, "Real", queues=1) == sorted([b"first", b"B" * 200])
+        assert again.next_queue_offset(OP_TOPIC, 0) == ops + 1
 
 
 def test_an_end_after_the_check_immunity_time_is_refused_unless_answering_a_check(store: rmq.MessageStore) -> None:

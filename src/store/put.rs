@@ -197,9 +197,85 @@ impl MessageStore {
     /// stores the message in `SCHEDULE_TOPIC_XXXX` (see [`put`](Self::put)); a `DELAY` that is not an int is
     /// [`Error::IllegalMessage`] and nothing is written.
     pub fn put_inner(&self, msg: &InnerMessage<'_>) -> Result<PutResult> {
+        let mut props = Vec::new();
+        let msg = self.schedule_hook(msg, &mut props)?;
+        self.put_inner_as_is(&msg, self.config.broker.store_host)
+    }
+
+    /// Stores `msgs`, each as [`put_inner`](Self::put_inner) would, in one append: back to back in one segment,
+    /// made visible and (under SYNC_FLUSH) durable together, and all of them or none. Any error (a refused
+    /// message, a full disk when the records need a new segment) comes before a byte is written or a queue
+    /// offset taken, and a kill leaves all or none of them (the append's commit word). For writes that mean
+    /// nothing apart: RocketMQ's `EndTransactionProcessor` puts a commit and then its op record, and a failure
+    /// between the two leaves the message committed and its half not ended, to be checked and committed again.
+    pub(crate) fn put_inner_all(&self, msgs: &[InnerMessage<'_>]) -> Result<Vec<PutResult>> {
+        self.check_writable()?;
+        self.check_disk_space()?;
+        let mut props = vec![Vec::new(); msgs.len()];
+        let msgs = msgs
+            .iter()
+            .zip(props.iter_mut())
+            .map(|(m, p)| self.schedule_hook(m, p))
+            .collect::<Result<Vec<_>>>()?;
+        let store_host = self.config.broker.store_host;
+        let mut buf = Vec::with_capacity(msgs.iter().map(|m| 128 + m.body.len() + m.properties.len()).sum());
+        let mut records = Vec::with_capacity(msgs.len());
+        let mut uniq_keys = Vec::with_capacity(msgs.len());
+        for m in &msgs {
+            let (record, uniq) = self.encode_inner(m, store_host, &mut buf)?;
+            records.push(record);
+            uniq_keys.push(uniq);
+        }
+        let (appended, queue_offsets) = {
+            let mut table = self.queue_table.lock().unwrap_or_else(|p| p.into_inner());
+            let queue_offsets: Vec<i64> = msgs
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    if !m.transaction.takes_queue_offset() {
+                        return 0;
+                    }
+                    let same = |e: &&InnerMessage<'_>| {
+                        e.transaction.takes_queue_offset() && e.topic == m.topic && e.queue_id == m.queue_id
+                    };
+                    let before = msgs.get(..i).unwrap_or_default().iter().filter(same).count() as i64;
+                    table.get(m.topic).and_then(|q| q.get(&m.queue_id)).copied().unwrap_or(0) + before
+                })
+                .collect();
+            let appended =
+                self.commitlog.append(&mut buf, &records, |i| queue_offsets.get(i).copied().unwrap_or(0))?;
+            for (m, &q) in msgs.iter().zip(&queue_offsets) {
+                if m.transaction.takes_queue_offset() {
+                    let next = table.entry(m.topic.to_owned()).or_default().entry(m.queue_id).or_insert(0);
+                    *next = (*next).max(q + 1);
+                }
+            }
+            (appended, queue_offsets)
+        };
+        let status = self.after_append(&appended, msgs.iter().any(|m| m.wait_store_msg_ok));
+        Ok(records
+            .iter()
+            .zip(uniq_keys)
+            .zip(queue_offsets)
+            .map(|((r, uniq), queue_offset)| PutResult {
+                status,
+                offsets: PerRecord::from_buf([appended.first_offset + r.start as u64]),
+                wrote_bytes: r.len as u64,
+                queue_offset,
+                store_timestamp: appended.store_timestamp,
+                uniq_keys: PerRecord::from_buf([uniq]),
+                store_host,
+            })
+            .collect())
+    }
+
+    /// `msg` as RocketMQ's `handleScheduleMessage` hook leaves it (see [`put_inner`](Self::put_inner)): as it is,
+    /// or, with a `DELAY` level > 0, in `SCHEDULE_TOPIC_XXXX` with the properties `transformDelayLevelMessage`
+    /// gives it, written into `props`.
+    fn schedule_hook<'s>(&self, msg: &InnerMessage<'s>, props: &'s mut Vec<u8>) -> Result<InnerMessage<'s>> {
         let text = properties::get_raw(msg.properties, keys::DELAY).map(crate::java::decode_utf8_lossy);
         let Some(level) = self.schedule_level(text.as_deref(), msg.transaction)? else {
-            return self.put_inner_as_is(msg, self.config.broker.store_host);
+            return Ok(msg.clone());
         };
         // `transformDelayLevelMessage` on the message's map (HashMap(128) filled in stored order).
         let parsed = properties::parse(msg.properties);
@@ -212,10 +288,10 @@ impl MessageStore {
         }
         entries.push((keys::REAL_TOPIC, msg.topic));
         entries.push((keys::REAL_QID, &qid_text));
-        let mut props = Vec::with_capacity(msg.properties.len() + 64);
-        properties::encode_map(&entries, BROKER_MAP_CAPACITY, &mut props);
-        let scheduled = InnerMessage { topic: SCHEDULE_TOPIC, queue_id: level - 1, properties: &props, ..msg.clone() };
-        self.put_inner_as_is(&scheduled, self.config.broker.store_host)
+        props.clear();
+        properties::encode_map(&entries, BROKER_MAP_CAPACITY, props);
+        let props: &'s [u8] = props;
+        Ok(InnerMessage { topic: SCHEDULE_TOPIC, queue_id: level - 1, properties: props, ..msg.clone() })
     }
 
     /// `handleScheduleMessage`'s decision: the delay level (clamped to the highest configured level) when a
@@ -248,6 +324,20 @@ impl MessageStore {
     pub(crate) fn put_inner_as_is(&self, msg: &InnerMessage<'_>, store_host: SocketAddr) -> Result<PutResult> {
         self.check_writable()?;
         self.check_disk_space()?;
+        let mut buf = Scratch::take(128 + msg.body.len() + msg.properties.len());
+        let (record, uniq) = self.encode_inner(msg, store_host, &mut buf.0)?;
+        let uniq_keys = PerRecord::from_buf([uniq]);
+        self.append(msg.topic, msg.queue_id, msg.transaction, &mut buf.0, &[record], uniq_keys, msg.wait_store_msg_ok)
+    }
+
+    /// Checks `msg` (topic, sys flag, queue id and the other fields a put checks) and encodes it onto `out`, with
+    /// `store_host` in the record; returns the record and the UNIQ_KEY its properties carry.
+    fn encode_inner(
+        &self,
+        msg: &InnerMessage<'_>,
+        store_host: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<(EncodedRecord, UniqKey)> {
         validate::check_topic_name(msg.topic)?;
         validate::check_message_fields(
             msg.sys_flag,
@@ -275,7 +365,7 @@ impl MessageStore {
             queue_offset: 0,
             physical_offset: 0,
         };
-        self.append_one(&input, msg.transaction, uniq, msg.wait_store_msg_ok)
+        Ok((encode_record(&input, &self.encode_options(true), out)?, uniq))
     }
 
     /// Stores one message. A `DELAY` property with a level > 0 (message of transaction type NOT or COMMIT) is
@@ -514,6 +604,22 @@ impl MessageStore {
             }
             (appended, base)
         };
+        let status = self.after_append(&appended, wait);
+        Ok(PutResult {
+            status,
+            offsets: records.iter().map(|r| appended.first_offset + r.start as u64).collect(),
+            wrote_bytes: appended.wrote_bytes,
+            queue_offset: if takes_offset { base } else { 0 },
+            store_timestamp: appended.store_timestamp,
+            uniq_keys,
+            store_host: config.broker.store_host,
+        })
+    }
+
+    /// What every append does after it: the store's newest timestamp, the transient pool's commit, under
+    /// SYNC_FLUSH the flush (waited for when `wait`) that gives the put its status, and the services woken.
+    fn after_append(&self, appended: &Appended, wait: bool) -> PutMessageStatus {
+        let config = &self.config;
         let end = appended.first_offset + appended.wrote_bytes;
         self.appended_timestamp.fetch_max(appended.store_timestamp, Ordering::AcqRel);
         if self.commitlog.transient_pool().is_some() {
@@ -531,15 +637,7 @@ impl MessageStore {
         if appended.wake_warm {
             self.services.wakeup(services::warm::NAME);
         }
-        Ok(PutResult {
-            status,
-            offsets: records.iter().map(|r| appended.first_offset + r.start as u64).collect(),
-            wrote_bytes: appended.wrote_bytes,
-            queue_offset: if takes_offset { base } else { 0 },
-            store_timestamp: appended.store_timestamp,
-            uniq_keys,
-            store_host: config.broker.store_host,
-        })
+        status
     }
 
     fn uniq_key(&self, props: &[(&str, &str)], now: i64) -> Option<UniqKey> {

@@ -333,22 +333,44 @@ impl MessageStore {
                 req.commit_log_offset, h.queue_offset
             )));
         }
-        let committed = match req.kind {
-            EndKind::Commit => Some(self.commit_half(&half)?),
+        // The commit and the op record in one append: both or neither (a full disk, a refused message), so a
+        // failed end leaves nothing committed and the half open for a retry or the check.
+        let (real_topic, real_qid) = match req.kind {
+            EndKind::Commit => Some(Self::commit_target(&half)?),
             EndKind::Rollback => None,
-        };
-        let op = self.put_op(h.queue_id, &[h.queue_offset])?;
+        }
+        .unzip();
+        let committed_props = half.encoded_props();
+        let commit = real_topic.as_deref().zip(real_qid).map(|(topic, queue_id)| InnerMessage {
+            topic,
+            queue_id,
+            body: half.body(),
+            properties: &committed_props,
+            flag: h.flag,
+            sys_flag: h.sys_flag & PRODUCER_SYS_FLAGS,
+            transaction: TransactionType::Commit,
+            born_host: h.born_host,
+            born_timestamp: h.born_timestamp,
+            reconsume_times: h.reconsume_times,
+            prepared_transaction_offset: h.physical_offset,
+            wait_store_msg_ok: false,
+        });
+        let (op_body, op_props) = Self::op_record(&[h.queue_offset]);
+        let op = self.op_message(h.queue_id, &op_body, &op_props);
+        let mut written = self.put_inner_all(&[commit, Some(op)].into_iter().flatten().collect::<Vec<_>>())?;
+        let op = written.pop().ok_or_else(|| Error::Transaction("the op record was not written".into()))?;
         if let Some(e) = ended.as_mut() {
             e.insert(h.queue_offset, id.as_deref());
         }
-        Ok(EndResult { committed, op })
+        Ok(EndResult { committed: written.pop(), op })
     }
 
-    /// `endMessageTransaction` + the processor's changes: real topic and queue, the half's body, flag, born
-    /// time and host, reconsume times; properties serialized before `REAL_TOPIC`/`REAL_QID` are cleared from
-    /// the map, so the stored string keeps them (and `TRAN_MSG`); sys flag with the COMMIT type; the half's
-    /// commitlog offset as the prepared transaction offset.
-    fn commit_half(&self, half: &Stored) -> Result<PutResult> {
+    /// `endMessageTransaction` + the processor's changes: the real topic and queue of a committed half. The
+    /// committed message keeps the half's body, flag, born time and host, reconsume times; its properties are
+    /// serialized before `REAL_TOPIC`/`REAL_QID` are cleared from the map, so the stored string keeps them (and
+    /// `TRAN_MSG`); its sys flag has the COMMIT type, and its prepared transaction offset is the half's
+    /// commitlog offset.
+    fn commit_target(half: &Stored) -> Result<(String, i32)> {
         let h = &half.record.header;
         let topic = half.get(props::REAL_TOPIC).unwrap_or_default().to_owned();
         let queue_id: i32 = half
@@ -357,24 +379,13 @@ impl MessageStore {
             .ok_or_else(|| Error::Transaction(format!("the half at {} has no numeric REAL_QID", h.physical_offset)))?;
         super::validate::check_topic_name(&topic)
             .map_err(|_| Error::Transaction(format!("the half at {} has no valid REAL_TOPIC", h.physical_offset)))?;
-        self.put_tx(
-            &topic,
-            queue_id,
-            half.body(),
-            &half.encoded_props(),
-            h.flag,
-            h.sys_flag,
-            TransactionType::Commit,
-            (h.born_host, h.born_timestamp),
-            h.reconsume_times,
-            h.physical_offset,
-        )
+        Ok((topic, queue_id))
     }
 
-    /// An op record (`makeOpMessageInner` of `new Message(OP_TOPIC, "d", body)`): properties `TAGS`, `WAIT`
-    /// in a `HashMap(16)`'s order (the UNIQ_KEY Java sets afterwards is not in the stored string), born and
-    /// store host the broker's, sys flag 0.
-    fn put_op(&self, queue_id: i32, half_offsets: &[i64]) -> Result<PutResult> {
+    /// An op record's body and properties (`makeOpMessageInner` of `new Message(OP_TOPIC, "d", body)`):
+    /// properties `TAGS`, `WAIT` in a `HashMap(16)`'s order (the UNIQ_KEY Java sets afterwards is not in the
+    /// stored string).
+    fn op_record(half_offsets: &[i64]) -> (String, Vec<u8>) {
         let mut body = String::new();
         for o in half_offsets {
             body.push_str(&o.to_string());
@@ -382,8 +393,26 @@ impl MessageStore {
         }
         let mut props = Vec::with_capacity(32);
         properties::encode_map(&[(keys::TAGS, REMOVE_TAG), (keys::WAIT, "true")], CLIENT_MAP_CAPACITY, &mut props);
-        let host = self.config.broker.store_host;
-        self.put_tx(OP_TOPIC, queue_id, body.as_bytes(), &props, 0, 0, TransactionType::NotType, (host, now_ms()), 0, 0)
+        (body, props)
+    }
+
+    /// The op record of op queue `queue_id` with `body` and `props` ([`op_record`](Self::op_record)): born and
+    /// store host the broker's, sys flag 0.
+    fn op_message<'a>(&self, queue_id: i32, body: &'a str, props: &'a [u8]) -> InnerMessage<'a> {
+        InnerMessage {
+            topic: OP_TOPIC,
+            queue_id,
+            body: body.as_bytes(),
+            properties: props,
+            flag: 0,
+            sys_flag: 0,
+            transaction: TransactionType::NotType,
+            born_host: self.config.broker.store_host,
+            born_timestamp: now_ms(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            wait_store_msg_ok: false,
+        }
     }
 
     /// The halves named by every op record of op queue `queue_id` still stored (their ids read from the half
