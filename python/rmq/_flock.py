@@ -1,5 +1,6 @@
 """Process-wide fcntl locks on rmq's sidecar lock files (`<file>.lock`), safe to take from several threads;
-and `fsync_dir`, the last step of replacing a config file.
+and `replace_file`, how the config files (`consumerOffset.json`, `topics.json`, the group registry, local
+offsets) are replaced: atomically, and on a full disk with `rmq.DiskFullError` and the old file in place.
 
 POSIX record locks belong to a process, and closing *any* descriptor of the file drops them, so each lock file
 is opened once per process and held through one descriptor; a thread lock orders the threads of the process.
@@ -7,12 +8,16 @@ is opened once per process and held through one descriptor; a thread lock orders
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from rmq import _native
 
 _registry: dict[str, FileLock] = {}
 _registry_lock = threading.Lock()
@@ -60,3 +65,58 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def as_disk_full(e: OSError, what: str) -> OSError:
+    """`e` as `rmq.DiskFullError` (an `OSError` too, with the same errno) when the device is full, saying `what`
+    failed; any other error as it is."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, _native.DiskFullError):
+        full: OSError = _native.DiskFullError(e.errno, f"no space left on the device: {what}", e.filename)
+        return full
+    return e
+
+
+def _no_stage(stage: str) -> None:
+    pass
+
+
+def replace_file(
+    path: Path,
+    data: bytes,
+    *,
+    bak: Path | None = None,
+    sync: bool = True,
+    stage: Callable[[str], None] = _no_stage,
+) -> None:
+    """Replaces `path` with `data` atomically: written to `<path>.tmp` (fsynced with `sync`), the old file
+    renamed to `bak` if given, the new one renamed into place, the directory fsynced (with `sync`). `stage` is
+    called after each step ("written", "rotated", "renamed": crash tests stop there). A failure removes the
+    temporary file and leaves the old content readable (at `path`, or at `bak` if it came between the renames);
+    a full disk raises `rmq.DiskFullError`."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        stage("written")
+        if bak is not None and path.exists():
+            os.replace(path, bak)
+        stage("rotated")
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and (full := as_disk_full(e, f"{path} was not replaced")) is not e:
+            raise full from e
+        raise
+    stage("renamed")
+    if sync:
+        try:
+            fsync_dir(path.parent)
+        except OSError as e:
+            if (full := as_disk_full(e, f"{path} was replaced, but its directory was not synced")) is not e:
+                raise full from e
+            raise

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rmq._flock import FileLock
+from rmq._flock import FileLock, replace_file
 from rmq.rebalance import MessageQueue
 
 if TYPE_CHECKING:
@@ -170,10 +170,7 @@ class Registry:
 
     def _write(self, state: _State) -> None:
         body = state.to_json().encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(f"{MAGIC} {VERSION} {zlib.crc32(body):08x}\n".encode() + body)
-        os.replace(tmp, self.path)
+        replace_file(self.path, f"{MAGIC} {VERSION} {zlib.crc32(body):08x}\n".encode() + body, sync=False)
 
     @contextmanager
     def locked(self) -> Iterator[_State]:

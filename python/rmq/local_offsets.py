@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from rmq import _args, _native
-from rmq._flock import fsync_dir
+from rmq._flock import replace_file
 from rmq._native import ArgumentTypeError, CorruptionError, InvalidArgumentError
 from rmq.consumer import BROKER_NAME
 
@@ -153,18 +153,7 @@ class LocalFileOffsetStore:
         keeps the file; a power loss may not)."""
         with self._persist_lock:
             text = self.encode().encode("utf-8", "surrogatepass")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(text)
-                if sync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            if self.path.exists():
-                os.replace(self.path, self.bak_path)
-            os.replace(tmp, self.path)
-            if sync:
-                fsync_dir(self.path.parent)
+            replace_file(self.path, text, bak=self.bak_path, sync=sync)
 
     def _check_group(self, group: str) -> None:
         if group != self.group:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq import _args, _native
-from rmq._flock import FileLock, fsync_dir
+from rmq._flock import FileLock, as_disk_full, replace_file
 from rmq._native import ArgumentTypeError, CorruptionError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -378,7 +378,9 @@ class ConsumerOffsetManager:
                         self._version.counter = max(self._version.counter, disk[1].counter)
                     if self._changes:
                         self._version.next_version()
-                        self._changes = 0
+                    # What this snapshot covers, given back if it is not written.
+                    covered = (self._changes, dict(self._dirty), set(self._removed), self._journal_since)
+                    self._changes = 0
                     written = self._seq
                     self._journal_since = []  # journal lines from here on are not in this snapshot
                     self._dirty.clear()
@@ -386,23 +388,31 @@ class ConsumerOffsetManager:
                     table = self._offsets.copy()
                     version = DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
                 text = table.encode(version.counter, version.state_version, version.timestamp)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_name(self.path.name + ".tmp")
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(text)
-                    f.flush()
-                    if sync:
-                        os.fsync(f.fileno())
-                _fault_point("written")
-                if self.path.exists():
-                    os.replace(self.path, self.bak_path)
-                _fault_point("rotated")
-                os.replace(tmp, self.path)
-                _fault_point("renamed")
-                if sync:
-                    fsync_dir(self.path.parent)
+                try:
+                    replace_file(self.path, text.encode("utf-8"), bak=self.bak_path, sync=sync, stage=_fault_point)
+                except BaseException:
+                    self._uncover(*covered)
+                    raise
                 self._persisted_seq = written
-                self._compact_journal()
+                try:
+                    self._compact_journal()
+                except OSError:
+                    # The snapshot is written; the journal keeps its lines (those before it are tagged older and
+                    # not replayed over it), and the next persist compacts it.
+                    log.warning("compacting %s failed; the next persist tries again", self.journal_path, exc_info=True)
+
+    def _uncover(
+        self, changes: int, dirty: dict[tuple[str, int], int], removed: set[str], journal: list[bytes]
+    ) -> None:
+        """After a persist that did not write its snapshot: what it covered is this process's own change again,
+        so the next persist applies it over the disk's values (a commit made since wins) and keeps its journal
+        lines."""
+        with self._lock:
+            self._changes += changes
+            for entry, offset in dirty.items():
+                self._dirty.setdefault(entry, offset)
+            self._removed |= removed
+            self._journal_since = journal + self._journal_since
 
     def refresh(self) -> None:
         """Takes from the file on disk (and its journal) every offset this process has not changed since its
@@ -470,8 +480,13 @@ class ConsumerOffsetManager:
                 self._journal_fd = None
         data = b""
         if self._journal_fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.journal_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as e:
+                if (full := as_disk_full(e, f"the commit was not journaled in {self.journal_path}")) is not e:
+                    raise full from e
+                raise
             try:
                 size = os.fstat(fd).st_size
                 keep = _native.decode_journal(os.pread(fd, size, 0))[2] if size else 0
@@ -488,7 +503,22 @@ class ConsumerOffsetManager:
         tag = max(self._journal_tag, self._version.counter)
         record = _native.encode_journal_entry(tag, group, topic, queue_id, offset)
         data += record
-        os.write(self._journal_fd, data)
+        fd, done = self._journal_fd, 0
+        try:
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError as e:
+            # A short write then a failure (a full disk) leaves part of a line, which the next line would follow:
+            # cut it off (appends are made under the file lock), and reopen for the next append, which trims
+            # what this could not.
+            with contextlib.suppress(OSError):
+                if done:
+                    os.ftruncate(fd, os.fstat(fd).st_size - done)
+                os.close(fd)
+            self._journal_fd = None
+            if (full := as_disk_full(e, f"the commit was not journaled in {self.journal_path}")) is not e:
+                raise full from e
+            raise
         self._journal_bytes += len(data)
         self._journal_since.append(record)
 
@@ -513,10 +543,8 @@ class ConsumerOffsetManager:
             if not self._journal_since:
                 self.journal_path.unlink(missing_ok=True)
                 return
-            tmp = self.journal_path.with_name(self.journal_path.name + ".tmp")
             data = _native.OFFSETS_JOURNAL_HEADER + b"".join(self._journal_since)
-            tmp.write_bytes(data)
-            os.replace(tmp, self.journal_path)
+            replace_file(self.journal_path, data, sync=False)
             self._journal_bytes = len(data)
 
     # -- background persistence ------------------------------------------------------------------------
@@ -583,13 +611,14 @@ class ConsumerOffsetManager:
         journal = _args.boolean(journal, "journal")
         with self._file_lock.held() if journal else contextlib.nullcontext(), self._lock:
             key = _key(topic, group)
+            if journal:
+                # First: a commit that cannot be journaled raises having changed nothing.
+                self._journal_append_locked(group, topic, queue_id, offset)
+                compact = self._journal_bytes > JOURNAL_COMPACT_BYTES
             self._offsets.commit(key, queue_id, offset)
             self._dirty[(key, queue_id)] = offset
             self._changes += 1
             self._seq += 1
-            if journal:
-                self._journal_append_locked(group, topic, queue_id, offset)
-                compact = self._journal_bytes > JOURNAL_COMPACT_BYTES
         if journal and compact:
             self.persist(sync=False)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmq import _args, _native
-from rmq._flock import FileLock, fsync_dir
+from rmq._flock import FileLock, replace_file
 from rmq._native import ArgumentTypeError, CorruptionError
 
 __all__ = [
@@ -252,7 +252,7 @@ class TopicConfigManager:
         """Creates or replaces a topic (`updateTopicConfig`) and persists."""
         if not isinstance(config, TopicConfig):
             raise ArgumentTypeError(f"config must be a TopicConfig, got {type(config).__name__}")
-        with self._locked():
+        with self._locked(), self._undone_on_failure():
             self._table.put(config._tuple())
             self._configs[config.topic_name] = config
             self._persist_locked()
@@ -266,7 +266,7 @@ class TopicConfigManager:
             self._refresh(force=True)
             if name not in self._configs:
                 return False  # nothing to remove: no lock file, no write (a process adding it now comes after)
-        with self._locked():
+        with self._locked(), self._undone_on_failure():
             if not self._table.remove(name):
                 return False
             self._configs.pop(name, None)
@@ -274,17 +274,19 @@ class TopicConfigManager:
             self._changed_locked()
         return True
 
+    @contextmanager
+    def _undone_on_failure(self) -> Iterator[None]:
+        """A change whose file was not written (a full disk) is taken back: the table is read from the file again,
+        which still holds the configuration before it."""
+        try:
+            yield
+        except BaseException:
+            self.load()
+            raise
+
     def _persist_locked(self) -> None:
         # `updateDataVersion`: nextVersion(stateMachineVersion), which is 0 outside controller mode.
         self._version = (self._version[0] + 1, 0, int(time.time() * 1000))
         text = self._table.encode(*self._version)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if self.path.exists():
-            os.replace(self.path, self.bak_path)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        replace_file(self.path, text.encode("utf-8"), bak=self.bak_path)
         self._stamp = self._file_stamp()
