@@ -258,7 +258,16 @@ def test_uniq_key_is_generated_unless_given(small_store: rmq.MessageStore) -> No
     assert counters == [(counters[0] + i) & 0xFFFF for i in range(3)]
     given = small_store.put("T", b"x", properties={"UNIQ_KEY": "MY-OWN-ID"})
     m = read(small_store, given.wrote_offset)
-    assert m.uniq_key == "MY-OWN-ID" and given.uniq_key == "" and list(m.properties).count("UNIQ_KEY") == 1
+    # The result names the message by the key it was stored with, given or generated.
+    assert m.uniq_key == given.uniq_key == "MY-OWN-ID" and given.uniq_keys == ["MY-OWN-ID"]
+    assert list(m.properties).count("UNIQ_KEY") == 1
+    long_key = "K" * 100  # longer than the keys held inline
+    assert small_store.put("T", b"x", properties={"UNIQ_KEY": long_key}).uniq_key == long_key
+    batch = small_store.put_batch(
+        "T", [rmq.Message(b"a", properties={"UNIQ_KEY": "ID-A"}), rmq.Message(b"b"), rmq.Message(b"c", properties={})]
+    )
+    assert batch.uniq_keys[0] == "ID-A" and len(batch.uniq_keys[1]) == len(batch.uniq_keys[2]) == 32
+    assert [read(small_store, o).uniq_key for o in batch.offsets] == batch.uniq_keys
 
 
 def test_cluster_property_present_by_default_and_absent_when_unset(tmp_path: Path) -> None:

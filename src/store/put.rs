@@ -416,7 +416,8 @@ impl MessageStore {
             queue_offset: 0,
             physical_offset: 0,
         };
-        self.append_one(&input, tran, uniq.unwrap_or_default(), msg.wait_store_msg_ok)
+        let uniq = uniq.unwrap_or_else(|| given_uniq_key(msg.properties));
+        self.append_one(&input, tran, uniq, msg.wait_store_msg_ok)
     }
 
     /// The broker's property map of a put that carries properties of its own, written to `out` in its
@@ -554,7 +555,7 @@ impl MessageStore {
                 physical_offset: 0,
             };
             records.push(encode_record(&input, &opts, &mut buf)?);
-            uniq_keys.push(uniq.unwrap_or_default());
+            uniq_keys.push(uniq.unwrap_or_else(|| given_uniq_key(item.properties)));
         }
         self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
     }
@@ -640,6 +641,8 @@ impl MessageStore {
         status
     }
 
+    /// A new UNIQ_KEY for a message whose properties `props` carry none (None when they carry one:
+    /// [`given_uniq_key`]).
     fn uniq_key(&self, props: &[(&str, &str)], now: i64) -> Option<UniqKey> {
         if props.iter().any(|(n, _)| *n == keys::UNIQ_KEY) {
             None
@@ -659,6 +662,11 @@ impl MessageStore {
             fix_separator: single,
         }
     }
+}
+
+/// The UNIQ_KEY the producer gave in `props` (the one a put then stores and reports), empty if none.
+fn given_uniq_key(props: &[(&str, &str)]) -> UniqKey {
+    props.iter().find(|(n, _)| *n == keys::UNIQ_KEY).map(|(_, v)| UniqKey::from(*v)).unwrap_or_default()
 }
 
 fn strip_if_crc(props: &[u8], enabled: bool) -> std::borrow::Cow<'_, [u8]> {
