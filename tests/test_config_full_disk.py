@@ -127,3 +127,52 @@ def test_topics_created_or_deleted_without_their_file_written_are_not(disk: Path
         new = store.topic_config("New")
         assert new is not None and new.write_queue_nums == 4
         assert store.topic_config("Lim") is None
+
+
+def test_a_consumer_on_a_full_disk_fails_to_start_or_stop_typed_and_leaves_no_thread(disk: Path) -> None:
+    """Joining writes the group's registry: on a full disk `start()` raises and stops the threads it started.
+    `shutdown()` takes every step (leave the group, persist the offsets) and raises the first failure."""
+    import threading
+    import time
+
+    from rmq.push import ConsumeFromWhere, PushConsumer
+
+    def consumer_threads() -> list[str]:
+        prefixes = ("rmq-pull", "rmq-consume", "rmq-group")
+        return [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]
+
+    config = rmq.StoreConfig(mapped_file_size_commit_log=64 * 1024, **SMALL_DERIVED)  # type: ignore[arg-type]
+    filler = Filler(disk / "filler")
+    with rmq.MessageStore(disk / "store", config) as store:
+        for i in range(8):
+            store.put("T", b"m%d" % i, queue_id=i % 2)
+        store.wait_dispatched()
+        offsets = rmq.ConsumerOffsetManager(store.consumer_offset_path)
+        seen: list[int] = []
+
+        def listener(msgs: list[rmq.MessageExt], ctx: object) -> rmq.ConsumeStatus:
+            seen.extend(m.queue_offset for m in msgs)
+            return rmq.ConsumeStatus.CONSUME_SUCCESS
+
+        first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        filler.fill()
+        c = PushConsumer(store, "G", "T", listener, offsets=offsets, consume_from_where=first)
+        with pytest.raises(rmq.DiskFullError):
+            c.start()
+        assert consumer_threads() == []
+        filler.free()
+        c = PushConsumer(store, "G", "T", listener, offsets=offsets, consume_from_where=first).start()
+        deadline = time.monotonic() + 20
+        while len(seen) < 8:
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.01)
+        filler.fill()
+        with pytest.raises(rmq.DiskFullError):
+            c.shutdown()
+        assert consumer_threads() == []
+        assert offsets.query_offsets("G", "T") == {0: 4, 1: 4, 2: 0, 3: 0}
+        filler.free()
+        offsets.persist()
+    again = rmq.ConsumerOffsetManager(disk / "store" / "config" / "consumerOffset.json")
+    again.load()
+    assert again.query_offsets("G", "T") == {0: 4, 1: 4, 2: 0, 3: 0}

@@ -391,3 +391,40 @@ def test_an_error_outside_a_queue_pull_does_not_end_the_pull_loop(
                     assert c.stats.pull_loop_errors == 2
     failed = [r for r in caplog.records if "a round of the pull loop failed" in r.getMessage()]
     assert len(failed) == 2 and failed[0].exc_info is not None
+
+
+@pytest.mark.parametrize("group", ["../../escaped", "a/b", "a@b", "a.b", "G" * 256, ""])
+def test_a_group_name_rocketmq_refuses_is_refused_and_writes_nothing(tmp_path: Path, group: str) -> None:
+    """`Validators.checkGroup`: the group names the registry file under the store (`rmq-groups/<group>.registry`),
+    so a name with `/` or `..` would have been a path, and one with `@` could never commit an offset."""
+    store = rmq.MessageStore(tmp_path / "store", CFG)
+    offsets = ConsumerOffsetManager(store.consumer_offset_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(rmq.InvalidArgumentError):
+        PushConsumer(store, group, "Orders", Recorder(), offsets=offsets)
+    with pytest.raises(rmq.InvalidArgumentError):
+        rmq.PullConsumer(store, group, offsets=offsets)
+    with pytest.raises(rmq.InvalidArgumentError):
+        rmq.TransactionProducer(store, group)
+    with pytest.raises(rmq.InvalidTopicError):
+        PushConsumer(store, "G", "../x", Recorder(), offsets=offsets)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    store.close()
+    assert not (tmp_path / "escaped.registry").exists()
+
+
+def test_a_consumer_starts_once_and_not_on_a_closed_store(tmp_path: Path) -> None:
+    store = rmq.MessageStore(tmp_path / "store", CFG)
+    put_all(store, 8)
+    offsets = ConsumerOffsetManager(store.consumer_offset_path)
+    rec = Recorder()
+    c = PushConsumer(store, "G", "Orders", rec, offsets=offsets, consume_from_where=FIRST).start()
+    wait_until(lambda: len(rec.seen) == 8)
+    c.shutdown()
+    with pytest.raises(RuntimeError, match="starts once"):
+        c.start()
+    late = PushConsumer(store, "G", "Orders", Recorder(), offsets=offsets)
+    store.close()
+    with pytest.raises(rmq.StoreClosedError):
+        late.start()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("rmq-pull", "rmq-consume", "rmq-group"))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 
+from rmq import _native
 from rmq._native import ArgumentTypeError, InvalidArgumentError
 
 JAVA_INT_MIN, JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -83,6 +84,32 @@ def name(value: object, what: str) -> str:
     s = text(value, what)
     if not s:
         raise InvalidArgumentError(f"{what} must not be empty")
+    return s
+
+
+#: `Validators.CHARACTER_MAX_LENGTH`: the longest group name RocketMQ's client takes.
+GROUP_MAX_LEN = 255
+_NAME_CHARS = frozenset("%|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+def group(value: object, what: str = "group") -> str:
+    """A consumer or producer group name as RocketMQ's client checks it (`Validators.checkGroup`): a non-empty
+    `str` of at most 255 characters from `[%|a-zA-Z0-9_-]` (so never a path: the group registry is a file named
+    after it)."""
+    s = name(value, what)
+    if len(s) > GROUP_MAX_LEN:
+        raise InvalidArgumentError(f"{what} {s[:40]!r}... is {len(s)} characters, the limit is {GROUP_MAX_LEN}")
+    bad = next((c for c in s if c not in _NAME_CHARS), None)
+    if bad is not None:
+        raise InvalidArgumentError(f"{what} {s!r} contains {bad!r}; groups may only use [%|a-zA-Z0-9_-]")
+    return s
+
+
+def topic(value: object, what: str = "topic") -> str:
+    """A topic name a put would take (`TopicValidator.validateTopic`; system topics too): a non-empty `str` of
+    `[%|a-zA-Z0-9_-]`, at most 127 characters (255 for retry and dead-letter topics)."""
+    s = name(value, what)
+    _native.check_topic_name(s)
     return s
 
 

@@ -170,7 +170,7 @@ class PullConsumer:
 
         if not isinstance(store, _native.MessageStore):
             raise ArgumentTypeError(f"store must be an rmq.MessageStore, got {type(store).__name__}")
-        _args.name(group, "group")
+        _args.group(group)
         if offsets is not None and not isinstance(offsets, ConsumerOffsetManager):
             raise ArgumentTypeError(f"offsets must be a ConsumerOffsetManager or None, got {type(offsets).__name__}")
         self.store = store

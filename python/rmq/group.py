@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rmq import _args
 from rmq._flock import FileLock, replace_file
 from rmq.rebalance import MessageQueue
 
@@ -147,6 +148,7 @@ class Registry:
     """The registry file of one group (see the module docs)."""
 
     def __init__(self, root: str | os.PathLike[str], group: str) -> None:
+        _args.group(group)  # a file name under the store's root, never a path
         self.dir = Path(root) / REGISTRY_DIR
         self.path = self.dir / f"{group}.registry"
         self._lock = FileLock.of(self.dir / f"{group}.lock")
@@ -257,21 +259,25 @@ class ConsumerGroup:
         """Stops the member's queues, commits and persists their offsets, releases them and unregisters."""
         with self.lock:
             self.members = [m for m in self.members if m is not member]
-            member._drop_except({})
-            member._apply_allocation({})
-            events: list[OwnershipEvent] = []
-            with self.registry.locked() as st:
-                self._release_locked(st, member.consumer_id, None, events)
-                st.members.pop(member.consumer_id, None)
-                st.changed = True
-            for e in events:
-                self._emit(e)
             self._first.pop(member.consumer_id, None)
-            self.rebalance()
-            thread = self._thread if not self.members else None
-            if thread is not None:
-                self._stop.set()
-                self._thread = None
+            try:
+                member._drop_except({})
+                member._apply_allocation({})
+                events: list[OwnershipEvent] = []
+                with self.registry.locked() as st:
+                    self._release_locked(st, member.consumer_id, None, events)
+                    st.members.pop(member.consumer_id, None)
+                    st.changed = True
+                for e in events:
+                    self._emit(e)
+                self.rebalance()
+            finally:
+                # Even when the registry could not be written (its lease then runs out): no heartbeat goes on for
+                # a group with no member here.
+                thread = self._thread if not self.members else None
+                if thread is not None:
+                    self._stop.set()
+                    self._thread = None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 

@@ -193,6 +193,9 @@ class ConsumerStats:
     pulls: int = 0
     #: Rounds of the pull loop that failed outside a queue's pull (logged; the loop waits and goes on).
     pull_loop_errors: int = 0
+    #: Offset commits that failed (a full disk under a journaled commit; logged): the offset stays where it was,
+    #: consumption goes on, and the next commit of the queue (a later batch) moves it past these messages.
+    commit_failures: int = 0
     rebalances: int = 0
     queues_history: list[list[MessageQueue]] = field(default_factory=list)
 
@@ -233,8 +236,8 @@ def _check_push_args(a: dict[str, object]) -> None:
             raise ArgumentTypeError(f"{name} must be {what}, got {type(a[name]).__name__}")
 
     instance("store", _native.MessageStore, "an rmq.MessageStore")
-    _args.name(a["group"], "group")
-    _args.name(a["topic"], "topic")
+    _args.group(a["group"])
+    _args.topic(a["topic"])
     if not callable(a["listener"]):
         raise ArgumentTypeError(f"listener must be callable, got {type(a['listener']).__name__}")
     _args.boolean(a["orderly"], "orderly")
@@ -377,22 +380,30 @@ class PushConsumer:
     # -- lifecycle ---------------------------------------------------------------------------------------
 
     def start(self) -> PushConsumer:
-        """Starts the threads and joins the group."""
-        if self._thread is not None:
-            raise RuntimeError("already started")
+        """Starts the threads and joins the group. A consumer starts once: after `shutdown()`, make a new one. If
+        joining fails (the store closed, no space for the group's registry), the threads are stopped again and
+        the error raised."""
+        if self._thread is not None or self._stopping.is_set():
+            raise RuntimeError("this consumer was started before; a consumer starts once (make a new one)")
+        if self.store.closed:
+            raise _native.StoreClosedError("the store is closed")
         self._running.set()
         self._pool = ThreadPoolExecutor(self._consume_thread_nums, thread_name_prefix=f"rmq-consume-{self.group}")
         if self._orderly is not None:
             self._orderly.start()
         self._thread = threading.Thread(target=self._pull_loop, name=f"rmq-pull-{self.consumer_id}", daemon=True)
         self._thread.start()
-        self._group.join(self)
+        try:
+            self._group.join(self)
+        except BaseException:
+            self._stop_threads()
+            if self._orderly is not None:
+                self._orderly.close()
+            raise
         return self
 
-    def shutdown(self) -> None:
-        """Leaves the group after finishing in-flight batches; commits and persists offsets. Idempotent."""
-        if not self._running.is_set():
-            return
+    def _stop_threads(self) -> None:
+        """Stops pulling, and waits for the batches in the listener to finish."""
         self._running.clear()
         self._stopping.set()
         self._waiter.notify_all()
@@ -402,10 +413,28 @@ class PushConsumer:
             self._orderly.stop()  # each queue's loop ends after its current batch
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        self._group.leave(self)  # orderly: every queue released, its offset committed
+
+    def shutdown(self) -> None:
+        """Leaves the group after finishing in-flight batches; commits and persists offsets. Idempotent. Every
+        step is taken even when one fails (a full disk: the group's registry or the offsets cannot be written),
+        and the first failure is raised at the end; the queues of a member that could not record its leaving
+        are taken over by the others when its lease runs out."""
+        if not self._running.is_set():
+            return
+        self._stop_threads()
+        errors: list[Exception] = []
+        try:
+            self._group.leave(self)  # orderly: every queue released, its offset committed
+        except Exception as e:
+            errors.append(e)
         if self._orderly is not None:
             self._orderly.close()
-        self.offsets.persist()
+        try:
+            self.offsets.persist()
+        except Exception as e:
+            errors.append(e)
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> PushConsumer:
         return self.start()
@@ -698,7 +727,14 @@ class PushConsumer:
                 if not pq.dropped:
                     mq = pq.mq
                     journal = self.persist_offsets_each_batch
-                    self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, commit, journal=journal)
+                    try:
+                        self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, commit, journal=journal)
+                    except Exception:
+                        # Not in the pool's future, where nobody would see it.
+                        self.stats.commit_failures += 1
+                        log.exception(
+                            "%s: committing offset %d of %s failed; consuming goes on", self.group, commit, mq
+                        )
 
     def _consume_later(self, pq: ProcessQueue, items: list[tuple[MessageExt, int]]) -> None:
         """`submitConsumeRequestLater`: consumes `items` again after `SEND_BACK_RETRY` seconds unless the consumer

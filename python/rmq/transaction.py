@@ -131,7 +131,7 @@ class TransactionProducer:
         if not isinstance(store, MessageStore):
             raise ArgumentTypeError(f"store must be an rmq.MessageStore, got {type(store).__name__}")
         self.store = store
-        self.group = _args.name(group, "producer group")
+        self.group = _args.group(group, "producer group")
         if checker is not None and not callable(checker):
             raise ArgumentTypeError(f"checker must be callable, got {type(checker).__name__}")
         if offsets is not None and not isinstance(offsets, ConsumerOffsetManager):

@@ -135,6 +135,13 @@ fn check_producer_topic(#[pyo3(from_py_with = args::text)] topic: pyo3::pybacked
     crate::store::validate::check_topic(&topic).map_err(to_py)
 }
 
+/// Checks a topic name as every put does (`TopicValidator.validateTopic`: the name rules only, system topics
+/// allowed); raises `InvalidTopicError`. For callers that take a topic name to read (consumers).
+#[pyfunction]
+fn check_topic_name(#[pyo3(from_py_with = args::text)] topic: pyo3::pybacked::PyBackedStr) -> PyResult<()> {
+    crate::store::validate::check_topic_name(&topic).map_err(to_py)
+}
+
 /// `TopicValidator.isSystemTopic`: the broker's system topics and the `rmq_sys_` prefix.
 #[pyfunction]
 fn is_system_topic(#[pyo3(from_py_with = args::text)] topic: pyo3::pybacked::PyBackedStr) -> bool {
@@ -147,5 +154,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_topics, m)?)?;
     m.add_function(wrap_pyfunction!(check_topic_config_name, m)?)?;
     m.add_function(wrap_pyfunction!(check_producer_topic, m)?)?;
+    m.add_function(wrap_pyfunction!(check_topic_name, m)?)?;
     Ok(())
 }
