@@ -269,3 +269,61 @@ def test_a_store_open_in_this_process_is_checked_as_live(base: tuple[Path, list[
         rep = check_store(root, CONFIG)
         assert rep["clean"] and "in this process" in rep["findings"][0]["what"], rep["findings"]
     assert check_store(root, CONFIG)["findings"] == []
+
+
+@pytest.mark.parametrize(
+    ("lose", "area", "lacking"),
+    [
+        ("index", "index", f"lacks {2 * N} keys"),  # UNIQ_KEY and the key of every message
+        ("consumequeue", "consumequeue", f"lack {N} entries"),
+    ],
+)
+def test_derived_files_lost_after_a_clean_shutdown_are_stale_not_clean(
+    base: tuple[Path, list[int]], tmp_path: Path, lose: str, area: str, lacking: str
+) -> None:
+    """A clean store whose index or consume queues were deleted is not clean: the next open dispatches their
+    entries again. It was reported clean (exit 0), whatever the open then had to do."""
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    shutil.rmtree(root / lose)
+    before = snapshot(root)
+    rep = check_store(root, CONFIG)
+    assert not rep["clean"]
+    stale = [f for f in rep["findings"] if f["kind"] == "stale"]
+    assert [f["area"] for f in stale] == [area], rep["findings"]
+    assert lacking in stale[0]["what"] and "an open" in stale[0]["what"]
+    assert ("indexes" if area == "index" else "dispatches") in rep["rmq_verdict"]
+    code, out, _ = run(root)
+    assert code == 1 and out.rstrip().endswith("problems found")
+    assert snapshot(root) == before
+    with rmq.MessageStore(root, CONFIG, read_only=True) as view:
+        report = view.recovery_report
+        assert (report["reindexed_keys"], report["rebuilt_cq_entries"]) == (
+            (2 * N, 0) if area == "index" else (0, int(lacking.split()[1]))
+        )
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_a_queue_whose_consume_queue_is_gone_is_reported(
+    base: tuple[Path, list[int]], tmp_path: Path, configured: bool
+) -> None:
+    """One queue's consume-queue directory gone while the log holds its messages: the open cannot tell lost files
+    from a deleted topic (whose messages stay in the log, as in RocketMQ) and leaves them out, so new messages
+    of the queue would take their queue offsets again. A topic still configured was not deleted: damage; an
+    unconfigured one is a note. Before, the check said nothing and called the store clean."""
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    if configured:
+        with rmq.MessageStore(root, CONFIG) as store:
+            store.create_topic("ChkA", queues=3)
+    shutil.rmtree(root / "consumequeue" / "ChkA" / "0")
+    before = snapshot(root)
+    rep = check_store(root, CONFIG)
+    found = [f for f in rep["findings"] if f["area"] == "consumequeue"]
+    assert [(f["kind"], f["path"]) for f in found] == [
+        ("damage" if configured else "note", str(root / "consumequeue" / "ChkA" / "0"))
+    ], rep["findings"]
+    assert f"the log holds {N // 6} messages of this queue (queue offsets 0-{N // 6 - 1})" in found[0]["what"]
+    assert rep["clean"] is not configured
+    assert run(root)[0] == (1 if configured else 0)
+    assert snapshot(root) == before

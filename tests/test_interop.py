@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -358,6 +359,46 @@ def test_a_store_rmq_cut_at_damage_opens_in_rocketmq_as_in_rmq(
     assert all(all(o < victim for o in k["physicalOffsets"]) for k in by_type(ours, "key"))
     assert len(by_type(ours, "store")[0]["indexFiles"]) < index_files, "index files past the cut removed"
     assert_same(ours, java_describe(java, store, tmp_path))
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_a_log_ending_in_a_blank_with_no_segment_after_it_ends_where_rocketmq_ends_it(
+    java: Run, rmq_stores: dict[str, Path], tmp_path: Path, crashed: bool
+) -> None:
+    """A writer stopped after a roll's end-of-file blank and before the next segment existed (Java's roll writes
+    the blank first): RocketMQ's recovery ends the log at the blank's start (spec §10.4), and so does rmq's (it
+    ended it at the segment's end, the blank counted). The next append writes the blank again and rolls."""
+    store = tmp_path / "blank-end"
+    shutil.copytree(rmq_stores["clean"], store)
+    segments = sorted((store / "commitlog").iterdir())
+    for later in segments[1:]:
+        later.unlink()
+    data = segments[0].read_bytes()
+    seg = CONFIG.mapped_file_size_commit_log
+    with rmq.MessageStore(rmq_stores["clean"], CONFIG, read_only=True) as s:
+        blank_at = max(m.commitlog_offset + m.store_size for m in s.scan() if m.commitlog_offset < seg)
+    assert blank_at < seg and struct.unpack(">ii", data[blank_at : blank_at + 8]) == (seg - blank_at, -875286124)
+    if crashed:
+        (store / "abort").touch()
+
+    def same(expected_end: int, work: Path) -> None:
+        work.mkdir()
+        # The index is left out: the segments removed here held messages its files still name, which rmq's
+        # open takes out of the index and RocketMQ's leaves in (not what this test is about).
+        ours, theirs = rmq_describe(store, work), java_describe(java, store, work)
+        assert by_type(ours, "store")[0]["maxPhyOffset"] == by_type(theirs, "store")[0]["maxPhyOffset"]
+        assert by_type(ours, "store")[0]["maxPhyOffset"] == expected_end
+        for kind in ("message", "queue"):
+            assert by_type(ours, kind) == by_type(theirs, kind), kind
+
+    same(blank_at, tmp_path / "before")
+    with rmq.MessageStore(store, CONFIG, start_services=False) as s:
+        assert s.max_offset == blank_at
+        r = s.put("AfterBlank", b"x" * (seg - blank_at))  # does not fit: the blank again, then the next segment
+        assert r.wrote_offset == seg
+        end = s.max_offset
+    assert (store / "commitlog" / segments[0].name).read_bytes() == data
+    same(end, tmp_path / "after")
 
 
 # -- consumerOffset.json ---------------------------------------------------------------------------------------

@@ -351,9 +351,17 @@ impl CommitLog {
         let last_end = self.queue.last().map_or(0, |f| f.end());
         let mut cursor = Cursor::new(&self.queue, start, limit.min(last_end), self.check_options());
         let mut reread = None;
+        // The end-of-file blank just passed, while nothing has followed it.
+        let mut blank = None;
         let end = loop {
             let (p, file, reason) = match cursor.next() {
-                None => break cursor.offset().min(last_end),
+                // RocketMQ's recovery stops at a blank with no segment after it, its end at the blank's start
+                // (spec §10.4: a writer killed after the blank, before the next segment existed): so does rmq,
+                // and the next append writes there (the blank again and a roll, or a record that fits).
+                None => match (cursor.offset().min(last_end), blank) {
+                    (at, Some(b)) if at == last_end => break b,
+                    (at, _) => break at,
+                },
                 // The body CRC does not cover the topic and properties: a record whose later page a power loss
                 // reverted to zeros still validates. Such a record is the first lost position.
                 Some(Step::Record(r))
@@ -364,10 +372,14 @@ impl CommitLog {
                 }
                 Some(Step::Record(r)) => {
                     report.last_store_timestamp = Some(r.header.store_timestamp);
+                    blank = None;
                     visit(&r);
                     continue;
                 }
-                Some(Step::Blank { .. }) => continue,
+                Some(Step::Blank { offset }) => {
+                    blank = Some(offset);
+                    continue;
+                }
                 Some(Step::Missing { offset }) => break offset,
                 Some(Step::Zero { offset, file }) => (offset, file, "nothing was written here".to_owned()),
                 Some(Step::Partial { offset, file }) => (offset, file, "record is truncated".to_owned()),

@@ -286,6 +286,11 @@ impl IndexFile {
         self.read().index_count > 1
     }
 
+    /// Keys put (`indexCount` less the unused entry 0).
+    pub fn entry_count(&self) -> u64 {
+        u64::try_from(self.read().index_count).unwrap_or(0).saturating_sub(1)
+    }
+
     /// `isWriteFull`: `indexCount ≥ maxIndexNum`.
     pub fn is_write_full(&self) -> bool {
         i64::from(self.read().index_count) >= i64::from(self.index_num)

@@ -299,6 +299,11 @@ impl IndexService {
         self.list().clone()
     }
 
+    /// Keys held by every file.
+    pub fn entry_count(&self) -> u64 {
+        self.files().iter().map(|f| f.entry_count()).sum()
+    }
+
     /// Commitlog offset of the last message with an indexed key (the newest file with entries), if any.
     pub fn last_indexed_offset(&self) -> Option<i64> {
         self.list().iter().rev().find(|f| f.has_entries()).map(|f| f.end_phy_offset())

@@ -738,6 +738,7 @@ impl MessageStore {
         d.set_item("dispatched_from", r.dispatched_from)?;
         d.set_item("redispatched_records", r.redispatched_records)?;
         d.set_item("rebuilt_cq_entries", r.rebuilt_cq_entries)?;
+        d.set_item("reindexed_keys", r.reindexed_keys)?;
         d.set_item("skipped_dirs", r.skipped_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())?;
         d.set_item("rebuilt_queues", r.rebuilt_queues.clone())?;
         d.set_item("rebuilt_reasons", r.rebuilt_reasons.clone())?;

@@ -90,6 +90,11 @@ impl QueueMatches {
     /// the record's queue offset, is compared with it. Returns whether dispatch, with the queues as they were
     /// when the walk began, writes no entry for it: it gets none, or its queue covers it (the record ends at
     /// or before the queue's maxPhysicOffset: `ConsumeQueue::append`'s duplicate rule, spec §6.2).
+    /// Whether `topic`/`queue_id` has a consume queue here.
+    pub(super) fn has_queue(&self, topic: &[u8], queue_id: i32) -> bool {
+        self.by_key.contains_key(&(topic.to_vec(), queue_id))
+    }
+
     pub(super) fn record(&mut self, rec: &Record, code: Option<i64>) -> bool {
         let h = &rec.header;
         if !matches!(h.transaction_type(), TransactionType::NotType | TransactionType::Commit) {

@@ -105,6 +105,9 @@ pub struct RecoveryReport {
     pub redispatched_records: u64,
     /// Consume-queue entries written while opening.
     pub rebuilt_cq_entries: u64,
+    /// Index entries written while opening: keys of records the index did not hold (files lost or behind the
+    /// log), not counting the index files rebuilt (`rebuilt_index_files`).
+    pub reindexed_keys: u64,
     /// Directories under `consumequeue/` that are not a topic / queue id and were left alone.
     pub skipped_dirs: Vec<PathBuf>,
     /// Queues (`topic/queueId`) whose entries disagreed with the commitlog (a hole, or an entry that does not

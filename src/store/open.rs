@@ -373,6 +373,7 @@ impl MessageStore {
             transactions: super::transaction::TransactionState::default(),
         };
         // Catch up before taking puts: queue offsets come from the queues (spec §10.7).
+        let keys_before = store.index.as_ref().map_or(0, IndexService::entry_count);
         loop {
             let round = match store.dispatch(u64::MAX, false) {
                 Ok(round) => round,
@@ -390,6 +391,8 @@ impl MessageStore {
                 break;
             }
         }
+        store.recovery.reindexed_keys =
+            store.index.as_ref().map_or(0, IndexService::entry_count).saturating_sub(keys_before);
         for (cq, before) in at_boundary {
             if cq.max_offset() > before {
                 store.recovery.rebuilt_queue(

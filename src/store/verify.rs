@@ -24,7 +24,7 @@ use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
 use crate::commitlog::cursor::{find_valid_record, Cursor, Step};
-use crate::commitlog::{CommitLog, RecoveryMode};
+use crate::commitlog::{CommitLog, Record, RecoveryMode};
 use crate::config::StoreConfig;
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::error::{Error, Result};
@@ -122,7 +122,8 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     // written after the read-only open settled its end is not part of this check. Past that end the log holds
     // appends in progress, and consume-queue and index entries, offsets and index slots may already name them.
     let horizon = live.map(|_| open.end_offset);
-    let walk = walk_log(log, &mut rep, &mut seen, &delay_levels, horizon);
+    let mut queueless = Queueless::new();
+    let walk = walk_log(log, &mut rep, &mut seen, &mut queueless, &delay_levels, horizon);
     if let Some(pid) = live {
         let who = if pid == 0 { "in this process".to_owned() } else { format!("by process {pid}") };
         rep.findings.push(Finding {
@@ -159,7 +160,8 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
         let torn_past_segment = open.end_offset + open.torn_bytes > (open.end_offset / size + 1) * size;
         let what = if torn_past_segment {
             format!(
-                "{} segment(s) after the end hold bytes of the torn write after it (written past the end before                  the process was killed); the open removes them",
+                "{} segment(s) after the end hold bytes of the torn write after it (written past the end before \
+                 the process was killed); the open removes them",
                 open.removed_files
             )
         } else {
@@ -174,6 +176,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
         });
     }
     check_queues(skipped, &seen, &delay_levels, log, horizon, &mut rep);
+    check_queueless(root, queueless, &mut rep);
     check_index(root, &config, log, horizon, &mut rep)?;
     check_checkpoint(root, &store, &mut rep);
     if live.is_none() {
@@ -181,6 +184,10 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     }
     rep.rocketmq_verdict = rocketmq_verdict(log, &store, &walk, unclean);
     rep.rmq_verdict = rmq_verdict(&store, strict_error, &walk, &rep.findings, live.is_some());
+    if live.is_none() {
+        // After the verdicts, which say the same in their own words.
+        lacking_entries(root, &store, unclean, &mut rep);
+    }
     Ok(rep)
 }
 
@@ -191,6 +198,7 @@ fn walk_log(
     log: &CommitLog,
     rep: &mut CheckReport,
     seen: &mut QueueMatches,
+    queueless: &mut Queueless,
     delay_levels: &[i64],
     horizon: Option<u64>,
 ) -> Vec<Break> {
@@ -207,7 +215,9 @@ fn walk_log(
             Some(Step::Record(rec)) => {
                 rep.records += 1;
                 rep.record_bytes += u64::from(rec.header.total_size.unsigned_abs());
-                seen.record(&rec, tags_code(&rec, delay_levels));
+                if !seen.record(&rec, tags_code(&rec, delay_levels)) {
+                    note_queueless(&rec, seen, queueless);
+                }
                 if !breaks.is_empty() {
                     let topic = decode_utf8_lossy(rec.header.topic(rec.bytes())).into_owned();
                     for b in &mut breaks {
@@ -432,6 +442,96 @@ fn check_index(
     Ok(())
 }
 
+/// Per topic and queue id with no consume queue: (messages in the log, first and last queue offset, commitlog
+/// offset of the first).
+type Queueless = BTreeMap<(String, i32), (u64, i64, i64, u64)>;
+
+/// Counts `rec` in `queueless` when it is a message of a queue (one that takes a queue offset) whose consume
+/// queue does not exist.
+fn note_queueless(rec: &Record, seen: &QueueMatches, queueless: &mut Queueless) {
+    let h = &rec.header;
+    if !h.transaction_type().takes_queue_offset() || h.queue_offset < 0 {
+        return;
+    }
+    let topic = h.topic(rec.bytes());
+    if seen.has_queue(topic, h.queue_id) {
+        return;
+    }
+    let e = queueless
+        .entry((decode_utf8_lossy(topic).into_owned(), h.queue_id))
+        .or_insert((0, h.queue_offset, h.queue_offset, rec.offset()));
+    e.0 += 1;
+    e.1 = e.1.min(h.queue_offset);
+    e.2 = e.2.max(h.queue_offset);
+}
+
+/// Queues the log holds messages of but which have no consume queue. RocketMQ's `deleteTopic` leaves a topic's
+/// messages in the log and removes its consume queues, and an open cannot tell that from consume-queue files
+/// lost: it leaves those messages out of any queue and hands their queue offsets out again to new messages
+/// (as RocketMQ does). A topic still configured in `config/topics.json` was not deleted: lost files, damage.
+fn check_queueless(root: &Path, queueless: Queueless, rep: &mut CheckReport) {
+    let configured: BTreeMap<String, i32> = std::fs::read(root.join("config").join("topics.json"))
+        .ok()
+        .and_then(|text| crate::offsets::topics::decode(&text).ok())
+        .map(|d| d.topics.into_iter().map(|t| (t.name, t.read_queue_nums.max(t.write_queue_nums))).collect())
+        .unwrap_or_default();
+    for ((topic, queue_id), (n, first, last, offset)) in queueless {
+        let lost = configured.get(&topic).is_some_and(|&nums| queue_id < nums);
+        let what = format!(
+            "{topic}/{queue_id}: the log holds {n} messages of this queue (queue offsets {first}-{last}) and it has              no consume queue: {}; an open leaves them out of the queue, and new messages of it take their queue              offsets again",
+            if lost {
+                "its files were lost (the topic is configured in config/topics.json, so it was not deleted)"
+            } else {
+                "a deleted topic's, or its files were lost"
+            }
+        );
+        rep.findings.push(Finding {
+            area: "consumequeue",
+            kind: if lost { "damage" } else { "note" },
+            path: root.join("consumequeue").join(&topic).join(queue_id.to_string()),
+            offset: offset as i64,
+            what,
+        });
+    }
+}
+
+/// Records of the log that the consume queues or the index do not hold (files deleted or lost, or behind the
+/// log), which the open dispatched: after a clean shutdown that is a stale derived file; after a crash it is
+/// what a killed writer leaves (the derived files are flushed less often than the log), a note.
+fn lacking_entries(root: &Path, store: &MessageStore, unclean: bool, rep: &mut CheckReport) {
+    let rec = store.recovery_report();
+    let (kind, why) = if unclean {
+        ("note", "as a crash leaves them, the derived files being flushed after the log")
+    } else {
+        ("stale", "their files are missing or behind the log, after a clean shutdown")
+    };
+    let from = rec.dispatched_from as i64;
+    if rec.rebuilt_cq_entries > 0 {
+        rep.findings.push(Finding {
+            area: "consumequeue",
+            kind,
+            path: root.join("consumequeue"),
+            offset: from,
+            what: format!(
+                "the consume queues lack {} entries of records in the log ({why}): an open dispatches them",
+                rec.rebuilt_cq_entries
+            ),
+        });
+    }
+    if rec.reindexed_keys > 0 {
+        rep.findings.push(Finding {
+            area: "index",
+            kind,
+            path: root.join("index"),
+            offset: from,
+            what: format!(
+                "the index lacks {} keys of records in the log ({why}): an open indexes them",
+                rec.reindexed_keys
+            ),
+        });
+    }
+}
+
 /// The checkpoint's durable points against the data: a point later than the newest record means the
 /// checkpoint was written for data that is not there (a lost or cut commitlog).
 fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
@@ -597,6 +697,9 @@ fn rmq_verdict(
     }
     if rec.rebuilt_cq_entries > 0 && !live {
         parts.push(format!("rmq dispatches {} missing consume-queue entries", rec.rebuilt_cq_entries));
+    }
+    if rec.reindexed_keys > 0 && !live {
+        parts.push(format!("rmq indexes {} keys missing from the index", rec.reindexed_keys));
     }
     if parts.is_empty() {
         "clean: rmq opens it as it is".into()
