@@ -45,15 +45,40 @@ impl FileQueue {
     /// [`FileQueue::load`] in `storage`. In an overlay a missing directory is an empty queue and nothing is
     /// created or deleted (an empty last file is left out, not removed).
     pub fn load_in(storage: Storage, dir: &Path, file_size: u64) -> Result<Self> {
+        Self::load_sized(storage, dir, file_size, None).map(|(q, _)| q)
+    }
+
+    /// [`FileQueue::load_in`] for files derived from the log (a consume queue's), with `derived` saying whether
+    /// other files of the store have `file_size` (so a file of another size is damage even alone in its
+    /// directory, not a wrong configuration). Such a file is refused on disk, with the remedy for a derived
+    /// file; in an overlay it is read into memory as far as it goes (zeros after a truncation, an extension
+    /// left out) and returned with its length, for the open to rebuild in memory what it lost.
+    pub fn load_derived_in(
+        storage: Storage,
+        dir: &Path,
+        file_size: u64,
+        size_known: bool,
+    ) -> Result<(Self, Vec<(PathBuf, u64)>)> {
+        Self::load_sized(storage, dir, file_size, Some(size_known))
+    }
+
+    fn load_sized(
+        storage: Storage,
+        dir: &Path,
+        file_size: u64,
+        derived: Option<bool>,
+    ) -> Result<(Self, Vec<(PathBuf, u64)>)> {
         let overlay = storage == Storage::Overlay;
+        let mut resized = Vec::new();
         if overlay && !dir.exists() {
-            return Ok(FileQueue {
+            let queue = FileQueue {
                 dir: dir.to_owned(),
                 file_size,
                 files: RwLock::new(Vec::new()),
                 storage,
                 removals: AtomicU64::new(0),
-            });
+            };
+            return Ok((queue, resized));
         }
         if !overlay {
             crate::mmap::create_dir_durable(dir)?;
@@ -99,9 +124,14 @@ impl FileQueue {
                     reason: format!("first segment offset is not a multiple of the segment size {file_size}"),
                 });
             }
-            if len != file_size && any_fits {
+            if len != file_size && (any_fits || derived == Some(true)) {
                 // The other files have the configured size: this one was truncated or extended.
-                return Err(size_damage(&path, start, len, file_size));
+                if derived.is_none() || !overlay {
+                    return Err(size_damage(&path, start, len, file_size, derived.is_some()));
+                }
+                files.push(Arc::new(read_resized(&path, start, len, file_size)?));
+                resized.push((path, len));
+                continue;
             }
             match MappedFile::open_in(storage, &path, start, file_size) {
                 Ok(f) => files.push(Arc::new(f)),
@@ -113,13 +143,9 @@ impl FileQueue {
                 Err(e) => return Err(e),
             }
         }
-        Ok(FileQueue {
-            dir: dir.to_owned(),
-            file_size,
-            files: RwLock::new(files),
-            storage,
-            removals: AtomicU64::new(0),
-        })
+        let queue =
+            FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(files), storage, removals: AtomicU64::new(0) };
+        Ok((queue, resized))
     }
 
     /// The directory.
@@ -465,17 +491,37 @@ pub fn remove_durably(path: &Path) -> Result<()> {
 }
 
 /// A file of a directory of fixed-size files whose size differs from its siblings': damage, named by file and
-/// the offset where its data ends (or where the extension begins).
-pub fn size_damage(path: &Path, start: u64, len: u64, file_size: u64) -> Error {
+/// the offset where its data ends (or where the extension begins). `derived`: a consume queue's file, which
+/// the open rebuilds from the log when the whole `consumequeue` directory is gone.
+pub fn size_damage(path: &Path, start: u64, len: u64, file_size: u64, derived: bool) -> Error {
     Error::Corruption {
         path: path.to_owned(),
         offset: start.saturating_add(len.min(file_size)) as i64,
         reason: format!(
-            "the file is {len} bytes where the other files of this directory are {file_size}: it was {}. \
-             Nothing was changed; restore it from a copy, or move the directory aside to rebuild it",
-            if len < file_size { "truncated" } else { "extended" }
+            "the file is {len} bytes where the other files of {} are {file_size}: it was {}. Nothing was changed; {}",
+            if derived { "the store's consume queues" } else { "this directory" },
+            if len < file_size { "truncated" } else { "extended" },
+            if derived {
+                "a read-only open reads past it (`rmq check` reports it); to repair, move the store's consumequeue \
+                 directory aside and open the store: it rebuilds every consume queue from the commitlog"
+            } else {
+                "restore it from a copy, or move the directory aside to rebuild it"
+            }
         ),
     }
+}
+
+/// A file of `len` bytes where `file_size` were expected, in an overlay: anonymous memory of `file_size`
+/// holding the file's bytes as far as they go.
+fn read_resized(path: &Path, start: u64, len: u64, file_size: u64) -> Result<MappedFile> {
+    use std::io::Read;
+    let f = MappedFile::create_in(Storage::Overlay, path, start, file_size)?;
+    let mut data = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(len.min(file_size)).read_to_end(&mut data))
+        .map_err(|e| Error::io(path, e))?;
+    f.write_at(0, &data)?;
+    Ok(f)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import rmq
+import rmq.check
 from conftest import SMALL
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-5.3.1"
@@ -112,6 +113,48 @@ def test_a_truncated_consume_queue_file_is_reported_as_damage(tmp_path: Path) ->
     with pytest.raises(rmq.CorruptionError) as info:
         rmq.MessageStore(store)
     assert info.value.path == str(cq[0]) and "5000 bytes where the other files" in str(info.value)
+
+
+@pytest.mark.parametrize(("which", "size"), [("first of two", 5000), ("only", 3000), ("only", 7000)])
+def test_a_consume_queue_file_of_another_size_is_read_past_by_read_only_opens(
+    tmp_path: Path, which: str, size: int
+) -> None:
+    """A consume-queue file truncated or extended, alone in its queue's directory or not: the store's other
+    consume-queue files tell the size, so it is damage, not a wrong configuration. A writable open refuses it
+    (naming the remedy for a derived file); a read-only open, and so every read-only command, reads it as far
+    as it goes and dispatches what it lost again in memory. Before, a queue's only file of another size made
+    every read-only command fail with "open it with the segment size it was written with"."""
+    store = tmp_path / "s"
+    n = 1000 if which == "first of two" else 600  # T/0 holds 334 or 200 entries: two files (300 a file) or one
+    write(store, SMALL, n)
+    cq = sorted((store / "consumequeue" / "T" / "0").iterdir())
+    assert len(cq) == (2 if which == "first of two" else 1)
+    with rmq.MessageStore(store, SMALL, read_only=True) as view:
+        expected = [m.body for m in view.get_message("g", "T", 0, 0, 1000).messages]
+    os.truncate(cq[0], size)
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    for config in (None, SMALL):
+        with pytest.raises(rmq.CorruptionError) as info:
+            rmq.MessageStore(store, config)
+        assert info.value.path == str(cq[0]) and f"{size} bytes where" in str(info.value)
+        assert "consumequeue directory aside" in str(info.value)
+    for config in (None, SMALL):
+        with rmq.MessageStore(store, config, read_only=True) as view:
+            got: list[bytes] = []
+            while len(got) < len(expected):
+                r = view.get_message("g", "T", 0, len(got), 1000)
+                assert r.messages, r.status
+                got += [m.body for m in r.messages]
+            assert got == expected
+            assert "T/0" in view.recovery_report["rebuilt_queues"]
+    report = rmq.check.check_store(store)
+    assert not report["clean"]
+    assert [f["path"] for f in report["findings"] if f["kind"] == "damage"] == [str(cq[0])]
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+    # The remedy the refusal names: every queue rebuilt from the log.
+    shutil.move(store / "consumequeue", tmp_path / "consumequeue.aside")
+    with rmq.MessageStore(store, SMALL) as s:
+        assert [m.body for m in s.get_message("g", "T", 0, 0, 1000).messages] == expected
 
 
 def test_given_index_sizes_need_no_index_file_that_tells_them(tmp_path: Path) -> None:

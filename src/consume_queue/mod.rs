@@ -153,11 +153,25 @@ impl ConsumeQueue {
         queue_id: i32,
         file_size: u64,
     ) -> Result<Self> {
+        Self::open_sized(storage, dir, topic, queue_id, file_size, false).map(|(cq, _)| cq)
+    }
+
+    /// [`ConsumeQueue::open_in`], with `size_known` when other consume-queue files of the store have the
+    /// configured size: a file of another size is then damage ([`FileQueue::load_derived_in`]); in an overlay
+    /// it is read as far as it goes and returned (path, length).
+    pub fn open_sized(
+        storage: crate::mmap::Storage,
+        dir: &Path,
+        topic: &str,
+        queue_id: i32,
+        file_size: u64,
+        size_known: bool,
+    ) -> Result<(Self, Vec<(std::path::PathBuf, u64)>)> {
         let file_size = round_file_size(file_size);
-        let files = FileQueue::load_in(storage, dir, file_size)?;
+        let (files, resized) = FileQueue::load_derived_in(storage, dir, file_size, size_known)?;
         let end = files.last().map(|f| f.end()).unwrap_or(0);
         let min = files.first().map(|f| f.start()).unwrap_or(0);
-        Ok(ConsumeQueue {
+        let cq = ConsumeQueue {
             topic: topic.to_owned(),
             queue_id,
             files,
@@ -166,7 +180,8 @@ impl ConsumeQueue {
             min_logical: AtomicU64::new(min),
             max_physic: AtomicI64::new(-1),
             flushed: AtomicU64::new(end),
-        })
+        };
+        Ok((cq, resized))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {

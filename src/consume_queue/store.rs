@@ -26,6 +26,21 @@ pub struct ConsumeQueueStore {
     file_size: u64,
     storage: crate::mmap::Storage,
     queues: RwLock<QueueMap>,
+    resized: Vec<(String, i32, PathBuf, u64)>,
+}
+
+/// Whether a file of `size` bytes lies in some queue directory under `dir` (topic / queue id / file): then the
+/// size is the store's, and a file of another size is damage.
+fn any_file_of_size(dir: &Path, size: u64) -> Result<bool> {
+    for topic in read_dirs(dir)? {
+        for queue in read_dirs(&topic)? {
+            let Ok(entries) = std::fs::read_dir(&queue) else { continue };
+            if entries.flatten().any(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == size)) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 impl ConsumeQueueStore {
@@ -40,13 +55,21 @@ impl ConsumeQueueStore {
     pub fn load_in(storage: crate::mmap::Storage, dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {
         let mut queues = QueueMap::default();
         let mut skipped = Vec::new();
+        let mut resized = Vec::new();
         if storage == crate::mmap::Storage::Overlay && !dir.exists() {
-            let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues) };
+            let store = ConsumeQueueStore {
+                dir: dir.to_owned(),
+                file_size,
+                storage,
+                queues: RwLock::new(queues),
+                resized,
+            };
             return Ok((store, skipped));
         }
         if storage == crate::mmap::Storage::Disk {
             crate::mmap::create_dir_durable(dir)?;
         }
+        let size_known = any_file_of_size(dir, super::round_file_size(file_size))?;
         for topic_entry in read_dirs(dir)? {
             let name = topic_entry.file_name().and_then(|n| n.to_str()).map(str::to_owned);
             let Some(topic) = name.filter(|t| path_safe_topic(t)) else {
@@ -59,12 +82,21 @@ impl ConsumeQueueStore {
                     skipped.push(queue_entry);
                     continue;
                 };
-                let cq = ConsumeQueue::open_in(storage, &queue_entry, &topic, queue_id, file_size)?;
+                let (cq, damaged) =
+                    ConsumeQueue::open_sized(storage, &queue_entry, &topic, queue_id, file_size, size_known)?;
+                resized.extend(damaged.into_iter().map(|(path, len)| (topic.clone(), queue_id, path, len)));
                 queues.entry(topic.clone()).or_default().insert(queue_id, Arc::new(cq));
             }
         }
-        let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues) };
+        let store =
+            ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues), resized };
         Ok((store, skipped))
+    }
+
+    /// Files of another size than the configured one that an overlay read as far as they go (topic, queue id,
+    /// path, length; [`FileQueue::load_derived_in`]).
+    pub fn resized(&self) -> &[(String, i32, PathBuf, u64)] {
+        &self.resized
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, QueueMap> {

@@ -198,7 +198,7 @@ impl IndexService {
         if let Some((n, &len)) = names.iter().zip(&lens).find(|(_, &l)| l != size) {
             if lens.contains(&size) {
                 // The other index files have the configured size: this one was truncated or extended.
-                return Err(crate::file_queue::size_damage(&dir.join(n), 0, len, size));
+                return Err(crate::file_queue::size_damage(&dir.join(n), 0, len, size, false));
             }
         }
         let mut files = Vec::with_capacity(names.len());

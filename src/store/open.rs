@@ -195,6 +195,24 @@ impl MessageStore {
         let mut cq_frontier: Option<i64> = None;
         let mut repaired_frontier: Option<u64> = None;
         let mut at_boundary = Vec::new();
+        // Consume-queue files of another size than the store's (a view reads them as far as they go; a writable
+        // open refused them): what they lost is dispatched again, in memory.
+        let cq_file_size = crate::consume_queue::round_file_size(cq_size);
+        for (topic, queue_id, path, len) in queues.resized() {
+            if let Some(cq) = queues.find(topic, *queue_id) {
+                lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
+            }
+            recovery.rebuilt_queue_id(
+                topic,
+                *queue_id,
+                format!(
+                    "{} is {len} bytes where the store's consume-queue files are {cq_file_size}: it was {}; read as \
+                     far as it goes, and what it lost dispatched again in memory",
+                    path.display(),
+                    if *len < cq_file_size { "truncated" } else { "extended" }
+                ),
+            );
+        }
         // After a clean close nothing the log kept was lost, and nothing was cut: an entry past its end is damage.
         let whole_log = !unclean_shutdown && open_report.damage.is_empty();
         for cq in queues.all() {

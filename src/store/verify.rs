@@ -111,6 +111,21 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     rep.segments = log.queue().files().len();
     let size = config.consume_queue.mapped_file_size_consume_queue;
     let (queues, skipped) = ConsumeQueueStore::load_in(Storage::Overlay, &root.join("consumequeue"), size)?;
+    let file_size = crate::consume_queue::round_file_size(size);
+    for (topic, queue_id, path, len) in queues.resized() {
+        rep.findings.push(Finding {
+            area: "consumequeue",
+            kind: "damage",
+            path: path.clone(),
+            offset: (*len).min(file_size) as i64,
+            what: format!(
+                "{topic}/{queue_id}: the file is {len} bytes where the store's consume-queue files are {file_size}: \
+                 it was {}. A writable open refuses the store (move its consumequeue directory aside, and the open \
+                 rebuilds every queue from the commitlog); a read-only open reads it as far as it goes",
+                if *len < file_size { "truncated" } else { "extended" }
+            ),
+        });
+    }
     let all = queues.all();
     for cq in &all {
         cq.recover()?;
