@@ -320,7 +320,12 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="write a realistic workload into a local store, read it back, run Spark")
     demo.add_argument("--store", type=Path, default=Path("rmq-demo-store"), help="store directory")
     demo.add_argument("--messages", type=count_arg, default=10_000, help="single puts to make")
-    demo.add_argument("--segment-size", type=size_arg, default=1024 * 1024, help="commitlog segment size, bytes")
+    demo.add_argument(
+        "--segment-size",
+        type=size_arg,
+        default=None,
+        help="commitlog segment size of a new store, bytes (default 1 MiB; a store that exists keeps its own)",
+    )
     demo.add_argument("--fresh", action="store_true", help="delete the store directory first")
     demo.add_argument("--no-spark", dest="spark", action="store_false", help="skip the Spark job at the end")
     demo.add_argument("--spark-out", type=Path, default=Path("rmq-demo-parquet"), help="the Spark job's output")

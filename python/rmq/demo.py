@@ -150,17 +150,30 @@ def delete_store(store_dir: Path) -> None:
     rmq._native.remove_store(store_dir)  # with the store's lock held
 
 
+#: Commitlog segment size of a store the demo creates when none is given.
+DEFAULT_SEGMENT_SIZE = 1024 * 1024
+
+
 def run_demo(
-    store_dir: Path, messages: int, segment_size: int, fresh: bool, out: TextIO | None = None
+    store_dir: Path, messages: int, segment_size: int | None, fresh: bool, out: TextIO | None = None
 ) -> dict[str, object]:
-    """Writes a realistic workload into `store_dir`, reads it back, and prints a summary. Returns the summary."""
+    """Writes a realistic workload into `store_dir`, reads it back, and prints a summary. Returns the summary.
+    `segment_size` None: a store that exists keeps the sizes of its files, a new one gets 1 MiB segments."""
 
     def say(text: str) -> None:
         print(text, file=out if out is not None else sys.stdout)
 
     if fresh and store_dir.exists():
         delete_store(store_dir)
-    config = rmq.StoreConfig(mapped_file_size_commit_log=segment_size)
+    if segment_size is None:
+        log = store_dir / "commitlog"
+        if log.is_dir() and any(log.iterdir()):
+            config = rmq.StoreConfig.from_files(store_dir)
+        else:
+            config = rmq.StoreConfig(mapped_file_size_commit_log=DEFAULT_SEGMENT_SIZE)
+    else:
+        config = rmq.StoreConfig(mapped_file_size_commit_log=segment_size)
+    segment_size = config.mapped_file_size_commit_log
     rng = random.Random(42)
     started = time.perf_counter()
     with rmq.MessageStore(store_dir, config) as store:
