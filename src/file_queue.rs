@@ -143,8 +143,13 @@ impl FileQueue {
                 Err(e) => return Err(e),
             }
         }
-        let queue =
-            FileQueue { dir: dir.to_owned(), file_size, files: RwLock::new(files), storage, removals: AtomicU64::new(0) };
+        let queue = FileQueue {
+            dir: dir.to_owned(),
+            file_size,
+            files: RwLock::new(files),
+            storage,
+            removals: AtomicU64::new(0),
+        };
         Ok((queue, resized))
     }
 

@@ -128,6 +128,11 @@ class StoreConfig:
             sizes.pop("max_index_num", None)
         return cls(**{**sizes, **overrides})
 
+    def __post_init__(self) -> None:
+        # Checked when made, as opening checks it: a wrong type is `ArgumentTypeError`, a bad value
+        # `InvalidConfigError`, both naming the setting (they surfaced only at the open).
+        _native.check_config(self.to_native())
+
     def to_native(self) -> dict[str, Any]:
         """The settings as the extension module takes them."""
         return dataclasses.asdict(self)

@@ -57,13 +57,8 @@ impl ConsumeQueueStore {
         let mut skipped = Vec::new();
         let mut resized = Vec::new();
         if storage == crate::mmap::Storage::Overlay && !dir.exists() {
-            let store = ConsumeQueueStore {
-                dir: dir.to_owned(),
-                file_size,
-                storage,
-                queues: RwLock::new(queues),
-                resized,
-            };
+            let store =
+                ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues), resized };
             return Ok((store, skipped));
         }
         if storage == crate::mmap::Storage::Disk {
@@ -88,8 +83,7 @@ impl ConsumeQueueStore {
                 queues.entry(topic.clone()).or_default().insert(queue_id, Arc::new(cq));
             }
         }
-        let store =
-            ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues), resized };
+        let store = ConsumeQueueStore { dir: dir.to_owned(), file_size, storage, queues: RwLock::new(queues), resized };
         Ok((store, skipped))
     }
 

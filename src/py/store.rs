@@ -97,6 +97,13 @@ fn config_from_dict(d: Option<&Bound<'_, PyAny>>) -> PyResult<StoreConfig> {
     Ok(c)
 }
 
+/// Checks a configuration as opening a store does (every setting's type and value, then the ranges across
+/// settings), without opening anything: `StoreConfig` calls it when it is made.
+#[pyfunction]
+fn check_config(config: &Bound<'_, PyAny>) -> PyResult<()> {
+    config_from_dict(Some(config))?.validate().map_err(to_py)
+}
+
 /// A configuration's settings as a dict, in table order.
 fn config_to_dict<'py>(py: Python<'py>, c: &StoreConfig) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -1156,6 +1163,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remove_store, m)?)?;
     m.add_function(wrap_pyfunction!(sizes_from_files, m)?)?;
     m.add_function(wrap_pyfunction!(config_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(check_config, m)?)?;
     m.add_function(wrap_pyfunction!(config_from_properties, m)?)?;
     m.add_class::<MessageStore>()?;
     m.add_class::<Scanner>()?;

@@ -212,11 +212,8 @@ impl MessageStore {
         self.check_writable()?;
         self.check_disk_space()?;
         let mut props = vec![Vec::new(); msgs.len()];
-        let msgs = msgs
-            .iter()
-            .zip(props.iter_mut())
-            .map(|(m, p)| self.schedule_hook(m, p))
-            .collect::<Result<Vec<_>>>()?;
+        let msgs =
+            msgs.iter().zip(props.iter_mut()).map(|(m, p)| self.schedule_hook(m, p)).collect::<Result<Vec<_>>>()?;
         let store_host = self.config.broker.store_host;
         let mut buf = Vec::with_capacity(msgs.iter().map(|m| 128 + m.body.len() + m.properties.len()).sum());
         let mut records = Vec::with_capacity(msgs.len());
@@ -242,8 +239,7 @@ impl MessageStore {
                     table.get(m.topic).and_then(|q| q.get(&m.queue_id)).copied().unwrap_or(0) + before
                 })
                 .collect();
-            let appended =
-                self.commitlog.append(&mut buf, &records, |i| queue_offsets.get(i).copied().unwrap_or(0))?;
+            let appended = self.commitlog.append(&mut buf, &records, |i| queue_offsets.get(i).copied().unwrap_or(0))?;
             for (m, &q) in msgs.iter().zip(&queue_offsets) {
                 if m.transaction.takes_queue_offset() {
                     let next = table.entry(m.topic.to_owned()).or_default().entry(m.queue_id).or_insert(0);

@@ -472,9 +472,12 @@ fn note_queueless(rec: &Record, seen: &QueueMatches, queueless: &mut Queueless) 
     if seen.has_queue(topic, h.queue_id) {
         return;
     }
-    let e = queueless
-        .entry((decode_utf8_lossy(topic).into_owned(), h.queue_id))
-        .or_insert((0, h.queue_offset, h.queue_offset, rec.offset()));
+    let e = queueless.entry((decode_utf8_lossy(topic).into_owned(), h.queue_id)).or_insert((
+        0,
+        h.queue_offset,
+        h.queue_offset,
+        rec.offset(),
+    ));
     e.0 += 1;
     e.1 = e.1.min(h.queue_offset);
     e.2 = e.2.max(h.queue_offset);
