@@ -103,6 +103,19 @@ def test_options_are_checked_before_anything_is_read(tmp_path: Path) -> None:
     assert sq.parse_bound(both, "starting", "latest", streaming=True).offsets == {"A": {"0": 7}}
     with pytest.raises(rmq.InvalidConfigError, match="batch reads only"):
         ss.RocketMQStreamReader({**base, "endingOffsets": "latest"}, rs.SCHEMA)
+    # An option the source does not read, and a topics naming none, are refused: `topic` (for `topics`) read
+    # every topic, and `topics=""` read nothing, both without a word.
+    for extra, match in [
+        ({"topic": "A"}, "no option 'topic'; did you mean topics"),
+        ({"StartingOffset": "earliest"}, "did you mean startingOffsets"),
+        ({"topics": " , "}, "names no topic"),
+    ]:
+        source = rs.RocketMQDataSource({**base, **extra})
+        with pytest.raises(rmq.InvalidConfigError, match=match):
+            source.reader(rs.SCHEMA)
+        with pytest.raises(rmq.InvalidConfigError, match=match):
+            source.streamReader(rs.SCHEMA)
+    rs.check_read_options({o.lower(): "1" for o in rs.READ_OPTIONS})  # every documented option is taken
 
 
 def test_ranges_split_for_min_partitions_and_admission_shares_the_limits(tmp_path: Path) -> None:

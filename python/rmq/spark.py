@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import difflib
 import json
 import logging
 import math
@@ -324,6 +325,51 @@ class RocketMQPushdownReader(RocketMQReader):
         return False
 
 
+#: Every option the source reads (batch and streaming), as spelt in the docs; Spark passes them lower-cased.
+READ_OPTIONS = (
+    "path",
+    "topics",
+    "topicPattern",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "storeTimestampFrom",
+    "storeTimestampTo",
+    "maxRecordsPerTrigger",
+    "maxOffsetsPerTrigger",
+    "maxBytesPerTrigger",
+    "failOnDataLoss",
+    "minPartitions",
+    "includeProperties",
+    "maxRowsPerBatch",
+    "splitSize",
+    "mode",
+    "badRecordsPath",
+    "ignoreCorruptFiles",
+    "pushdown",
+)
+
+
+def check_read_options(options: dict[str, str]) -> None:
+    """Refuses an option the source does not read (a typo such as `topic` for `topics` would otherwise read
+    everything) and a `topics` that names no topic (it read nothing): `InvalidConfigError`."""
+    known = {o.lower(): o for o in READ_OPTIONS}
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {known[close[0]]}?" if close else ""
+            raise _native.InvalidConfigError(
+                f"the rocketmq source has no option {name!r}{hint} (its options: {', '.join(READ_OPTIONS)})"
+            )
+    topics = options.get("topics")
+    if topics is not None and not any(t.strip() for t in topics.split(",")):
+        raise _native.InvalidConfigError("option topics names no topic")
+
+
 class RocketMQDataSource(DataSource):
     """`spark.read.format("rocketmq")`. Options (case-insensitive):
 
@@ -359,6 +405,7 @@ class RocketMQDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = {k.lower(): v for k, v in self.options.items()}
+        check_read_options(options)
         if any(k in options for k in QUEUE_OPTIONS):
             return RocketMQQueueReader(options, schema)
         if _flag(options, "pushdown"):
@@ -372,7 +419,9 @@ class RocketMQDataSource(DataSource):
             raise _native.InvalidConfigError(
                 f"the rocketmq streaming source needs PySpark 4.2 or later (read limits for Python sources): {e}"
             ) from None
-        return RocketMQStreamReader({k.lower(): v for k, v in self.options.items()}, schema)
+        options = {k.lower(): v for k, v in self.options.items()}
+        check_read_options(options)
+        return RocketMQStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("rocketmq").mode("append").save(store)`: rows become messages (`rmq.spark_writer`)."""
