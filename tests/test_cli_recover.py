@@ -66,6 +66,30 @@ def test_scan_with_salvage_reads_past_the_damage_and_changes_nothing(
     assert snapshot(root) == before
 
 
+def test_dump_and_describe_read_past_the_damage_with_salvage_and_change_nothing(
+    damaged: tuple[Path, list[int], int],
+) -> None:
+    """The diagnostic commands take `--recovery` too: without it they refuse a store whose commitlog is damaged,
+    exactly when an operator needs to look at it."""
+    root, offsets, victim = damaged
+    before = snapshot(root)
+    for command in (["dump"], ["describe"]):
+        strict = rmq_cli(*command, root)
+        assert strict.returncode == 2 and "--recovery salvage" in strict.stderr, strict.stderr
+    p = rmq_cli("dump", root, "--recovery", "salvage")
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line)["commitlog_offset"] for line in p.stdout.splitlines()] == [
+        o for o in offsets if o != victim
+    ]
+    p = rmq_cli("dump", root, "--cq", "--recovery", "truncate")
+    assert p.returncode == 0 and p.stdout, p.stderr
+    p = rmq_cli("describe", root, "--recovery", "salvage")
+    assert p.returncode == 0, p.stderr
+    kinds = [json.loads(line)["type"] for line in p.stdout.splitlines()]
+    assert kinds.count("message") == N - 1 and "store" in kinds
+    assert snapshot(root) == before
+
+
 def test_recover_truncate_cuts_in_place_and_the_store_then_opens(
     damaged: tuple[Path, list[int], int], tmp_path: Path
 ) -> None:

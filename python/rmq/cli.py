@@ -173,10 +173,20 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if result.damage else EXIT_OK
 
 
+def recovery_argument(parser: argparse.ArgumentParser) -> None:
+    """`--recovery`: how a reading command's read-only open treats damage in the commitlog."""
+    parser.add_argument(
+        "--recovery",
+        choices=("strict", "truncate", "salvage"),
+        default="strict",
+        help="how the read-only open treats damage: fail (strict), stop at it (truncate), read past it (salvage)",
+    )
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     from rmq.describe import run_describe
 
-    run_describe(existing_store(args.store), store_config(args))
+    run_describe(existing_store(args.store), store_config(args), recovery=args.recovery)
     return EXIT_OK
 
 
@@ -189,7 +199,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_dump(args: argparse.Namespace) -> int:
     from rmq.dump import run_dump
 
-    run_dump(existing_store(args.store), store_config(args), args.part or "records")
+    run_dump(existing_store(args.store), store_config(args), args.part or "records", recovery=args.recovery)
     return EXIT_OK
 
 
@@ -340,12 +350,7 @@ def parser() -> argparse.ArgumentParser:
     scan.add_argument("--body", action="store_true", help="print bodies too (as text unless --body-format)")
     scan.add_argument("--body-format", choices=("text", "hex", "base64"), default=None, help="how to print bodies")
     scan.add_argument("--json", action="store_true", help="JSON lines with every field instead of text lines")
-    scan.add_argument(
-        "--recovery",
-        choices=("strict", "truncate", "salvage"),
-        default="strict",
-        help="how the read-only open treats damage: fail (strict), stop at it (truncate), read past it (salvage)",
-    )
+    recovery_argument(scan)
     scan.set_defaults(run=cmd_scan)
 
     spark = sub.add_parser("spark", help="Spark job: store -> Parquet by topic and day, plus summaries")
@@ -368,6 +373,7 @@ def parser() -> argparse.ArgumentParser:
     desc = sub.add_parser("describe", help="print a store's canonical description (tests/interop/README.md)")
     desc.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
     desc.add_argument("--json", action="store_true", help="JSON lines (the only output of describe)")
+    recovery_argument(desc)
     desc.set_defaults(run=cmd_describe)
     chk = sub.add_parser("check", help="read-only consistency report; exit 0 clean, 1 problems, 2 unreadable")
     chk.add_argument("store", type=Path, help="store root (the directory holding commitlog/)")
@@ -391,6 +397,7 @@ def parser() -> argparse.ArgumentParser:
     for name in ("cq", "index", "checkpoint"):
         part.add_argument(f"--{name}", dest="part", action="store_const", const=name, help=f"the {name} files")
     dump.add_argument("--json", action="store_true", help="JSON lines (the only output of dump)")
+    recovery_argument(dump)
     dump.set_defaults(run=cmd_dump)
 
     exp = sub.add_parser("export", help="selected messages to a JSON-lines, Parquet or CSV file")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import rmq
+from rmq.store import Recovery
 
 __all__ = ["describe", "host_hex", "properties_string", "run_describe"]
 
@@ -172,14 +173,19 @@ def describe(store: rmq.MessageStore) -> Iterator[dict[str, Any]]:
 
 
 def run_describe(
-    store_dir: str | os.PathLike[str], config: rmq.StoreConfig | None = None, out: TextIO | None = None
+    store_dir: str | os.PathLike[str],
+    config: rmq.StoreConfig | None = None,
+    out: TextIO | None = None,
+    *,
+    recovery: Recovery = "strict",
 ) -> int:
     """Prints the description of the store at `store_dir` as JSON lines; returns the line count. The sizes are
-    read off the files unless `config` is given."""
+    read off the files unless `config` is given; `recovery` is the read-only open's treatment of commitlog
+    damage ("salvage" reads past it)."""
     out = out if out is not None else sys.stdout
     count = 0
     config = config if config is not None else rmq.StoreConfig.from_files(store_dir)
-    with rmq.MessageStore(store_dir, config, read_only=True) as store:
+    with rmq.MessageStore(store_dir, config, read_only=True, recovery=recovery) as store:
         for obj in describe(store):
             print(json.dumps(obj, ensure_ascii=False, sort_keys=True), file=out)
             count += 1

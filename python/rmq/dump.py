@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 import rmq
 from rmq import _native
+from rmq.store import Recovery
 
 
 def record_lines(store: rmq.MessageStore, from_offset: int = 0) -> Iterator[dict[str, Any]]:
@@ -79,11 +80,19 @@ def index_lines(store: rmq.MessageStore, config: rmq.StoreConfig) -> Iterator[di
             yield {"index_file": Path(path).name, "entry": n, "key_hash": key_hash, "commitlog_offset": offset}
 
 
-def run_dump(store_dir: Path, config: rmq.StoreConfig, what: str = "records", out: TextIO | None = None) -> int:
-    """Prints the chosen part of a store as JSON lines; returns the number of lines."""
+def run_dump(
+    store_dir: Path,
+    config: rmq.StoreConfig,
+    what: str = "records",
+    out: TextIO | None = None,
+    *,
+    recovery: Recovery = "strict",
+) -> int:
+    """Prints the chosen part of a store as JSON lines; returns the number of lines. `recovery`: the read-only
+    open's treatment of commitlog damage ("salvage" reads past it)."""
     out = out if out is not None else sys.stdout
     count = 0
-    with rmq.MessageStore(store_dir, config, read_only=True) as store:
+    with rmq.MessageStore(store_dir, config, read_only=True, recovery=recovery) as store:
         if what == "checkpoint":
             lines: Iterator[dict[str, Any]] = iter([store.checkpoint])
         elif what == "cq":
