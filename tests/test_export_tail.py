@@ -255,3 +255,30 @@ def test_skipping_damage_exports_every_record_a_salvage_reads(
     assert set(salvaged) <= set(got)
     for offset, length, _ in skipped:
         assert not any(offset <= o < offset + length for o, _ in got), (offset, length)
+
+
+def test_a_damaged_first_record_of_the_newest_segment_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """The export's planner took a newest segment whose first record fails its body CRC for "the segment after
+    the end of the data", where `rmq check` and the open say what is wrong: now it says it too."""
+    root = tmp_path / "s"
+    bodies = [b"body-%03d" % i + b"." * 100 for i in range(60)]
+    with rmq.MessageStore(root, small_config()) as s:
+        offsets = [s.put("T", b).wrote_offset for b in bodies]
+    seg = small_config().mapped_file_size_commit_log
+    first = min(o for o in offsets if o // seg == offsets[-1] // seg)
+    assert first % seg == 0 and first != offsets[-1]
+    path = root / "commitlog" / f"{first:020d}"
+    data = bytearray(path.read_bytes())
+    at = data.find(bodies[offsets.index(first)])
+    assert 0 < at < 400
+    data[at + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmq.cli", "export", str(root), str(tmp_path / "out.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "the segment's first record is damaged: body CRC" in proc.stderr, proc.stderr

@@ -337,7 +337,15 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
         };
         if last.is_none_or(|l| i > l) {
             if end_at.is_none() {
-                end_at = Some((i, 0, AFTER_END.into()));
+                // What its start holds, when that is not the zeros of a segment made ahead (a damaged first
+                // record: say what is wrong with it, as opening does).
+                let why = match step(&mut Window::open(path)?, *base, 0, FULL)? {
+                    found @ Found::Invalid { .. } => {
+                        format!("the segment's first record is damaged: {}", broken(found))
+                    }
+                    _ => AFTER_END.into(),
+                };
+                end_at = Some((i, 0, why));
             }
             plans.push(plan);
             continue;

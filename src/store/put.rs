@@ -615,6 +615,7 @@ impl MessageStore {
 
     /// What every append does after it: the store's newest timestamp, the transient pool's commit, under
     /// SYNC_FLUSH the flush (waited for when `wait`) that gives the put its status, and the services woken.
+    #[inline]
     fn after_append(&self, appended: &Appended, wait: bool) -> PutMessageStatus {
         let config = &self.config;
         let end = appended.first_offset + appended.wrote_bytes;
