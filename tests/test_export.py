@@ -476,3 +476,13 @@ def test_replay_of_a_broker_store_keeps_delays_and_leaves_bookkeeping_out(broker
             assert r.returncode == 0, r.stderr
             with rmq.MessageStore(part, CONFIG, start_services=False) as d:
                 assert [(m.topic, m.queue_id, m.body, m.properties.get("REAL_TOPIC")) for m in d.scan()] == expected, k
+
+
+def test_an_export_into_a_directory_that_does_not_exist_names_that_directory(src: Path, tmp_path: Path) -> None:
+    """It named the temporary file (`.x.jsonl.tmp`), which the user never gave."""
+    out = tmp_path / "nodir" / "x.jsonl"
+    with pytest.raises(rmq.InvalidArgumentError, match="create .*nodir' first"):
+        export(src, out)
+    p = cli("export", str(src), str(out))
+    assert p.returncode == 2 and ".tmp" not in p.stderr and "nodir" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "nodir").exists()

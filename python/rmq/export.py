@@ -242,6 +242,10 @@ def export(
     refuse_overlap(store, (out, tmp), "the export file")
     if out.is_dir():
         raise rmq.InvalidArgumentError(f"the export file {str(out)!r} is a directory: give a file name")
+    if not out.parent.is_dir():
+        raise rmq.InvalidArgumentError(
+            f"the directory of the export file {str(out)!r} does not exist: create {str(out.parent)!r} first"
+        )
     count = 0
     try:
         if fmt == "parquet":
