@@ -135,6 +135,7 @@ def test_a_consumer_on_a_full_disk_fails_to_start_or_stop_typed_and_leaves_no_th
     import threading
     import time
 
+    from rmq.group import ConsumerGroup
     from rmq.push import ConsumeFromWhere, PushConsumer
 
     def consumer_threads() -> list[str]:
@@ -160,6 +161,7 @@ def test_a_consumer_on_a_full_disk_fails_to_start_or_stop_typed_and_leaves_no_th
         with pytest.raises(rmq.DiskFullError):
             c.start()
         assert consumer_threads() == []
+        assert ConsumerGroup.of(store, "G").members == [], "a consumer that did not join is no member"
         filler.free()
         c = PushConsumer(store, "G", "T", listener, offsets=offsets, consume_from_where=first).start()
         deadline = time.monotonic() + 20

@@ -248,7 +248,13 @@ class ConsumerGroup:
                     raise ValueError(f"consumer id {member.consumer_id!r} is live in group {self.group!r}")
             self.members.append(member)
             self._first[member.consumer_id] = True
-            self.rebalance()
+            try:
+                self.rebalance()
+            except BaseException:
+                # Not joined (the registry could not be written): the member is not one, and holds nothing.
+                self.members = [m for m in self.members if m is not member]
+                self._first.pop(member.consumer_id, None)
+                raise
             if self._thread is None:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._heartbeat_loop, name=f"rmq-group-{self.group}",
@@ -257,29 +263,33 @@ class ConsumerGroup:
 
     def leave(self, member: Member) -> None:
         """Stops the member's queues, commits and persists their offsets, releases them and unregisters."""
-        with self.lock:
-            self.members = [m for m in self.members if m is not member]
-            self._first.pop(member.consumer_id, None)
-            try:
-                member._drop_except({})
-                member._apply_allocation({})
-                events: list[OwnershipEvent] = []
-                with self.registry.locked() as st:
-                    self._release_locked(st, member.consumer_id, None, events)
-                    st.members.pop(member.consumer_id, None)
-                    st.changed = True
-                for e in events:
-                    self._emit(e)
-                self.rebalance()
-            finally:
-                # Even when the registry could not be written (its lease then runs out): no heartbeat goes on for
-                # a group with no member here.
-                thread = self._thread if not self.members else None
-                if thread is not None:
-                    self._stop.set()
-                    self._thread = None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        thread: threading.Thread | None = None
+        try:
+            with self.lock:
+                self.members = [m for m in self.members if m is not member]
+                self._first.pop(member.consumer_id, None)
+                try:
+                    member._drop_except({})
+                    member._apply_allocation({})
+                    events: list[OwnershipEvent] = []
+                    with self.registry.locked() as st:
+                        self._release_locked(st, member.consumer_id, None, events)
+                        st.members.pop(member.consumer_id, None)
+                        st.changed = True
+                    for e in events:
+                        self._emit(e)
+                    self.rebalance()
+                finally:
+                    # Even when the registry could not be written (its lease then runs out): no heartbeat goes on
+                    # for a group with no member here.
+                    thread = self._thread if not self.members else None
+                    if thread is not None:
+                        self._stop.set()
+                        self._thread = None
+        finally:
+            # Outside the lock, which the heartbeat thread takes; also when leaving failed.
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):

@@ -523,30 +523,26 @@ fn lacking_entries(root: &Path, store: &MessageStore, unclean: bool, rep: &mut C
     } else {
         ("stale", "their files are missing or behind the log, after a clean shutdown")
     };
-    let from = rec.dispatched_from as i64;
-    if rec.rebuilt_cq_entries > 0 {
-        rep.findings.push(Finding {
-            area: "consumequeue",
-            kind,
-            path: root.join("consumequeue"),
-            offset: from,
-            what: format!(
+    let lacking = [
+        (
+            "consumequeue",
+            rec.rebuilt_cq_entries,
+            format!(
                 "the consume queues lack {} entries of records in the log ({why}): an open dispatches them",
                 rec.rebuilt_cq_entries
             ),
-        });
-    }
-    if rec.reindexed_keys > 0 {
-        rep.findings.push(Finding {
-            area: "index",
-            kind,
-            path: root.join("index"),
-            offset: from,
-            what: format!(
-                "the index lacks {} keys of records in the log ({why}): an open indexes them",
-                rec.reindexed_keys
-            ),
-        });
+        ),
+        (
+            "index",
+            rec.reindexed_keys,
+            format!("the index lacks {} keys of records in the log ({why}): an open indexes them", rec.reindexed_keys),
+        ),
+    ];
+    for (area, n, what) in lacking {
+        if n > 0 {
+            let (path, offset) = (root.join(area), rec.dispatched_from as i64);
+            rep.findings.push(Finding { area, kind, path, offset, what });
+        }
     }
 }
 
