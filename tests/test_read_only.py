@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import rmq
-from conftest import small_config
+from conftest import SEGMENT, small_config
 
 CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
 TOPICS = ("RoA", "RoB")
@@ -439,3 +439,28 @@ def test_a_lost_index_header_update_is_rebuilt_by_a_view_when_nobody_holds_the_l
     assert snapshot(root) == before
     with rmq.MessageStore(root, small_config(), start_services=False) as store:
         assert store.recovery_report["rebuilt_index_files"] == rebuilt
+
+
+def test_a_view_ends_at_a_trailing_blank_until_the_segment_after_it_appears(tmp_path: Path) -> None:
+    """A writer between a roll's blank and its next segment (RocketMQ writes the blank first): the view's end is
+    the blank's start, as a writable open's and RocketMQ's recovery; once the next segment holds records, a
+    refresh moves over the blank and takes them in."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, small_config()) as s:
+        offsets = [s.put("T", b"m%03d" % i + b"." * 200).wrote_offset for i in range(40)]
+        end = s.max_offset
+    segments = sorted((root / "commitlog").iterdir())
+    assert len(segments) >= 3
+    later = {p: p.read_bytes() for p in segments[1:]}
+    for p in later:
+        p.unlink()
+    with rmq.MessageStore(root, small_config(), read_only=True) as view:
+        blank_at = max(m.commitlog_offset + m.store_size for m in view.scan())
+        assert blank_at < SEGMENT and view.max_offset == blank_at
+        view.refresh()  # nothing after the blank yet
+        assert view.max_offset == blank_at
+        for p, data in later.items():
+            p.write_bytes(data)
+        view.refresh()
+        assert view.max_offset == end
+        assert [m.commitlog_offset for m in view.scan()] == offsets

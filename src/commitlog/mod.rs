@@ -262,8 +262,17 @@ impl CommitLog {
         let mut cursor =
             Cursor::new(&self.queue, (*end).max(self.queue.min_offset()), last.end(), self.check_options());
         let mut at = cursor.offset();
-        while let Some(Step::Record(_) | Step::Blank { .. }) = cursor.next() {
-            at = cursor.offset();
+        loop {
+            match cursor.next() {
+                Some(Step::Record(_)) => at = cursor.offset(),
+                // The end is a blank's start until the segment after it exists, as at the open (`recover`).
+                Some(Step::Blank { offset }) if self.queue.find(cursor.offset()).is_none() => {
+                    at = at.max(offset);
+                    break;
+                }
+                Some(Step::Blank { .. }) => at = cursor.offset(),
+                _ => break,
+            }
         }
         if at > *end {
             *end = at;
