@@ -241,37 +241,6 @@ impl MessageStore {
         Ok(())
     }
 
-    /// A message built by the transaction code (`putMessage` of a `MessageExtBrokerInner`).
-    #[allow(clippy::too_many_arguments)]
-    fn put_tx(
-        &self,
-        topic: &str,
-        queue_id: i32,
-        body: &[u8],
-        props: &[u8],
-        flag: i32,
-        sys_flag: i32,
-        transaction: TransactionType,
-        born: (std::net::SocketAddr, i64),
-        reconsume_times: i32,
-        prepared_transaction_offset: i64,
-    ) -> Result<PutResult> {
-        self.put_inner(&InnerMessage {
-            topic,
-            queue_id,
-            body,
-            properties: props,
-            flag,
-            sys_flag: sys_flag & PRODUCER_SYS_FLAGS,
-            transaction,
-            born_host: born.0,
-            born_timestamp: born.1,
-            reconsume_times,
-            prepared_transaction_offset,
-            wait_store_msg_ok: false,
-        })
-    }
-
     /// `EndTransactionProcessor.processRequest` for a commit or rollback: finds the half by commitlog offset,
     /// checks it (`checkPrepareMessage`: producer group, queue offset, commitlog offset; and, unless answering
     /// a check, the `CHECK_IMMUNITY_TIME_IN_SECONDS` deadline), then on commit writes the message to its real
@@ -335,28 +304,29 @@ impl MessageStore {
         }
         // The commit and the op record in one append: both or neither (a full disk, a refused message), so a
         // failed end leaves nothing committed and the half open for a retry or the check.
-        let (real_topic, real_qid) = match req.kind {
+        let target = match req.kind {
             EndKind::Commit => Some(Self::commit_target(&half)?),
             EndKind::Rollback => None,
-        }
-        .unzip();
+        };
         let committed_props = half.encoded_props();
-        let commit = real_topic.as_deref().zip(real_qid).map(|(topic, queue_id)| InnerMessage {
-            topic,
-            queue_id,
-            body: half.body(),
-            properties: &committed_props,
-            flag: h.flag,
-            sys_flag: h.sys_flag & PRODUCER_SYS_FLAGS,
-            transaction: TransactionType::Commit,
-            born_host: h.born_host,
-            born_timestamp: h.born_timestamp,
-            reconsume_times: h.reconsume_times,
-            prepared_transaction_offset: h.physical_offset,
-            wait_store_msg_ok: false,
+        let commit = target.as_ref().map(|(topic, queue_id)| {
+            tx_message(
+                topic,
+                *queue_id,
+                half.body(),
+                &committed_props,
+                h.flag,
+                h.sys_flag,
+                TransactionType::Commit,
+                (h.born_host, h.born_timestamp),
+                h.reconsume_times,
+                h.physical_offset,
+            )
         });
         let (op_body, op_props) = Self::op_record(&[h.queue_offset]);
-        let op = self.op_message(h.queue_id, &op_body, &op_props);
+        let born = (self.config.broker.store_host, now_ms());
+        let op =
+            tx_message(OP_TOPIC, h.queue_id, op_body.as_bytes(), &op_props, 0, 0, TransactionType::NotType, born, 0, 0);
         let mut written = self.put_inner_all(&[commit, Some(op)].into_iter().flatten().collect::<Vec<_>>())?;
         let op = written.pop().ok_or_else(|| Error::Transaction("the op record was not written".into()))?;
         if let Some(e) = ended.as_mut() {
@@ -394,25 +364,6 @@ impl MessageStore {
         let mut props = Vec::with_capacity(32);
         properties::encode_map(&[(keys::TAGS, REMOVE_TAG), (keys::WAIT, "true")], CLIENT_MAP_CAPACITY, &mut props);
         (body, props)
-    }
-
-    /// The op record of op queue `queue_id` with `body` and `props` ([`op_record`](Self::op_record)): born and
-    /// store host the broker's, sys flag 0.
-    fn op_message<'a>(&self, queue_id: i32, body: &'a str, props: &'a [u8]) -> InnerMessage<'a> {
-        InnerMessage {
-            topic: OP_TOPIC,
-            queue_id,
-            body: body.as_bytes(),
-            properties: props,
-            flag: 0,
-            sys_flag: 0,
-            transaction: TransactionType::NotType,
-            born_host: self.config.broker.store_host,
-            born_timestamp: now_ms(),
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-            wait_store_msg_ok: false,
-        }
     }
 
     /// The halves named by every op record of op queue `queue_id` still stored (their ids read from the half
@@ -629,7 +580,7 @@ impl MessageStore {
     /// prepared offset are not carried over, as in Java).
     fn renew(&self, msg: &Stored) -> Result<PutResult> {
         let h = &msg.record.header;
-        self.put_tx(
+        self.put_inner(&tx_message(
             HALF_TOPIC,
             h.queue_id,
             msg.body(),
@@ -640,7 +591,7 @@ impl MessageStore {
             (h.born_host, h.born_timestamp),
             0,
             0,
-        )
+        ))
     }
 
     /// `putBackHalfMsgQueue`, then what `sendCheckMessage` tells the producer.
@@ -668,7 +619,7 @@ impl MessageStore {
     /// `TRANS_CHECK_MAX_TIME_TOPIC` queue 0.
     fn discard_half(&self, msg: &Stored) -> Result<u64> {
         let h = &msg.record.header;
-        let r = self.put_tx(
+        let r = self.put_inner(&tx_message(
             CHECK_MAX_TIME_TOPIC,
             0,
             msg.body(),
@@ -679,8 +630,39 @@ impl MessageStore {
             (h.born_host, h.born_timestamp),
             h.reconsume_times,
             0,
-        )?;
+        ))?;
         Ok(r.offsets.first().copied().unwrap_or(0))
+    }
+}
+
+/// A message built by the transaction code (a `MessageExtBrokerInner`): the producer's sys flags only, born
+/// host and time as given, no wait for the flush.
+#[allow(clippy::too_many_arguments)]
+fn tx_message<'a>(
+    topic: &'a str,
+    queue_id: i32,
+    body: &'a [u8],
+    props: &'a [u8],
+    flag: i32,
+    sys_flag: i32,
+    transaction: TransactionType,
+    born: (std::net::SocketAddr, i64),
+    reconsume_times: i32,
+    prepared_transaction_offset: i64,
+) -> InnerMessage<'a> {
+    InnerMessage {
+        topic,
+        queue_id,
+        body,
+        properties: props,
+        flag,
+        sys_flag: sys_flag & PRODUCER_SYS_FLAGS,
+        transaction,
+        born_host: born.0,
+        born_timestamp: born.1,
+        reconsume_times,
+        prepared_transaction_offset,
+        wait_store_msg_ok: false,
     }
 }
 
