@@ -346,3 +346,27 @@ def test_a_transaction_ended_through_a_check_cannot_be_ended_again_through_its_f
         with pytest.raises(rmq.TransactionError, match="already"):
             p.end_transaction(first, ROLLBACK)
         assert bodies(store, "T") == [b"once"]
+
+
+def test_a_closed_producer_sends_ends_and_checks_nothing(store: rmq.MessageStore) -> None:
+    """Java's TransactionMQProducer refuses every send after shutdown() (makeSureStateOK); rmq's did not."""
+    producer = TransactionProducer(store, "PG", checker=Answers(), offsets=offsets_of(store))
+    half = producer.send_half("T", b"before close")
+    producer.close()
+    assert producer.closed
+    end_before = store.max_offset
+    with pytest.raises(rmq.StoreStateError, match="closed"):
+        producer.send_half("T", b"after close")
+    with pytest.raises(rmq.StoreStateError, match="closed"):
+        producer.send_in_transaction("T", b"after close", local_transaction=lambda body, arg: COMMIT)
+    with pytest.raises(rmq.StoreStateError, match="closed"):
+        producer.end_transaction(half, COMMIT)
+    with pytest.raises(rmq.StoreStateError, match="closed"):
+        producer.check_now()
+    producer.close()
+    assert store.max_offset == end_before
+    # The half is still pending and a new producer of the group ends it.
+    with TransactionProducer(store, "PG") as again:
+        committed, op = again.end_transaction(half, COMMIT)
+    assert committed is not None and op is not None
+    assert bodies(store, "T") == [b"before close"]

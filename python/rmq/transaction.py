@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmq import _args, _native
-from rmq._native import ArgumentTypeError, PutResult, TransactionError
+from rmq._native import ArgumentTypeError, PutResult, StoreStateError, TransactionError
 from rmq.offsets import ConsumerOffsetManager
 from rmq.store import MessageStore
 
@@ -144,6 +144,7 @@ class TransactionProducer:
         self.checker = checker
         self.born_host = _args.text(born_host, "born_host")
         self._service: CheckService | None = None
+        self._closed = False
         if checker is not None and offsets is not None:
             self._service = CheckService.register(store, offsets, self.group, checker)
 
@@ -163,6 +164,7 @@ class TransactionProducer:
         """Stores a half message for `topic`/`queue_id` (`TRAN_MSG=true`, `PGROUP=<group>`); end it with
         `end_transaction`. `check_immunity_seconds` sets CHECK_IMMUNITY_TIME_IN_SECONDS (the first check waits
         at least that long). A `DELAY` property is dropped, as RocketMQ's producer drops it."""
+        self._check_open()
         props: dict[str, str] = {}
         if properties is not None:
             if not isinstance(properties, Mapping):
@@ -204,6 +206,7 @@ class TransactionProducer:
         from_transaction_check: bool = False,
     ) -> tuple[PutResult | None, PutResult | None]:
         """`end_transaction` by the half's commitlog offset and half-queue offset (`tranStateTableOffset`)."""
+        self._check_open()
         state = _state(state)
         if state is LocalTransactionState.UNKNOW:
             return None, None
@@ -232,6 +235,7 @@ class TransactionProducer:
         """Java's `sendMessageInTransaction`: stores the half, runs `local_transaction(body, arg)` and ends the
         transaction with its answer. An exception from it (or None) leaves the state UNKNOW (the check decides
         later) and is logged, as Java does."""
+        self._check_open()
         if not callable(local_transaction):
             raise ArgumentTypeError(f"local_transaction must be callable, got {type(local_transaction).__name__}")
         half = self.send_half(
@@ -256,12 +260,24 @@ class TransactionProducer:
     def check_now(self) -> dict[str, Any]:
         """Runs one check round at once (on the calling thread) and returns what it did (`checks`: the number
         of halves asked about, `discarded`, `done`)."""
+        self._check_open()
         if self._service is None:
             raise TransactionError("this producer has no checker")
         return self._service.round()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        # Java's makeSureStateOK: a producer that was shut down sends and ends nothing.
+        if self._closed:
+            raise StoreStateError(f"the transaction producer of group {self.group} is closed")
+
     def close(self) -> None:
-        """Unregisters the checker (the store's check thread stops with the last one). Idempotent."""
+        """Unregisters the checker (the store's check thread stops with the last one); the producer then sends,
+        ends and checks nothing (`rmq.StoreStateError`), as Java's does after `shutdown()`. Idempotent."""
+        self._closed = True
         service, self._service = self._service, None
         if service is not None:
             service.unregister(self.group)
