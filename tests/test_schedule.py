@@ -21,6 +21,7 @@ import pytest
 import rmq
 from conftest import small_config
 from rmq import _native
+from rmq.check import check_store
 from rmq.offsets import ConsumerOffsetManager
 from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer, dlq_topic, retry_topic
 
@@ -184,6 +185,31 @@ def test_delay_offsets_are_persisted_on_close_and_resumed(tmp_path: Path) -> Non
         time.sleep(0.3)
         assert sorted(m.body for m in in_topic(store, "T")) == [b"x", b"x", b"x", b"y"]
     assert (root / "config" / "delayOffset.json.bak").exists()
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+def test_entries_dispatched_with_other_delay_levels_are_kept_and_checked_clean(tmp_path: Path, crashed: bool) -> None:
+    """A schedule entry's tagsCode is its delivery time under the delay levels of the run that dispatched it,
+    which the store does not record: an open or a check with other levels (the defaults of `rmq check`, or a
+    broker reconfigured) must keep it, as RocketMQ does, not call it damage and rewrite it with their own."""
+    root = tmp_path / "s"
+    written = small_config(mapped_file_size_commit_log=1 << 20, message_delay_level="1s 2s 1d")
+    with rmq.MessageStore(root, written, start_services=False) as store:
+        r = store.put("T", b"x", delay_level=3)
+        m = store.read(r.wrote_offset)
+        assert m is not None
+        store.wait_dispatched()
+    cq = root / "consumequeue" / SCHEDULE / "2" / ("0" * 20)
+    before = cq.read_bytes()
+    assert int.from_bytes(before[12:20], "big") == m.store_timestamp + 86_400_000
+    if crashed:
+        (root / "abort").write_bytes(b"")
+    report = check_store(root)  # the defaults: level 3 is 10 s there
+    assert report["findings"] == [] and report["clean"], report["findings"]
+    with rmq.MessageStore(root, small_config(mapped_file_size_commit_log=1 << 20), start_services=False) as store:
+        assert store.recovery_report["rebuilt_queues"] == []
+        assert store.recovery_report["rebuilt_cq_entries"] == 0
+    assert cq.read_bytes() == before
 
 
 def test_periodic_persist_follows_flush_delay_offset_interval(tmp_path: Path) -> None:

@@ -17,29 +17,78 @@ use crate::commitlog::Record;
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::consume_queue::{ConsumeQueue, CqEntry};
 use crate::index::{IndexFile, IndexService};
-use crate::message::tags::tags_code_of;
+use crate::java;
+use crate::message::tags::{tags_code_of, SCHEDULE_TOPIC};
 use crate::message::TransactionType;
 
-/// The tagsCode of `rec` as dispatch computes it (`None`: a SCHEDULE_TOPIC_XXXX record whose DELAY is not a
-/// number, which gets no entry).
-pub(super) fn tags_code(rec: &Record, delay_levels: &[i64]) -> Option<i64> {
+/// The tagsCode a record's consume-queue entry must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EntryCode {
+    /// The tagsCode dispatch computes (the Java hash of TAGS, or 0).
+    Exact(i64),
+    /// A SCHEDULE_TOPIC_XXXX record with a delay level: its tagsCode is the delivery time, computed with the
+    /// delay levels in force when it was dispatched, which the store does not keep (a broker's
+    /// `messageDelayLevel`). Any value fits: RocketMQ never computes it again, and its schedule service
+    /// delivers at once an entry whose time is past now plus its level's delay (`correctDeliverTimestamp`).
+    DeliveryTime,
+    /// A SCHEDULE_TOPIC_XXXX record whose DELAY is not a number: it gets no entry.
+    NoEntry,
+}
+
+impl EntryCode {
+    /// The code of a record of `topic` with these TAGS and DELAY values, stored at `store_timestamp`.
+    pub(super) fn of(
+        topic: &[u8],
+        tags: Option<&[u8]>,
+        delay: Option<&[u8]>,
+        store_timestamp: i64,
+        delay_levels: &[i64],
+    ) -> Self {
+        match tags_code_of(topic, tags, delay, store_timestamp, delay_levels) {
+            Err(_) => EntryCode::NoEntry,
+            Ok(_) if topic == SCHEDULE_TOPIC.as_bytes() && delay.is_some_and(positive_level) => EntryCode::DeliveryTime,
+            Ok(code) => EntryCode::Exact(code),
+        }
+    }
+
+    /// Whether an entry holding `tags_code` fits.
+    pub(super) fn fits(self, tags_code: i64) -> bool {
+        match self {
+            EntryCode::Exact(code) => code == tags_code,
+            EntryCode::DeliveryTime => true,
+            EntryCode::NoEntry => false,
+        }
+    }
+
+    /// Whether dispatch writes an entry for the record.
+    pub(super) fn has_entry(self) -> bool {
+        self != EntryCode::NoEntry
+    }
+}
+
+fn positive_level(delay: &[u8]) -> bool {
+    java::parse_int(&java::decode_utf8_lossy(delay)).is_some_and(|level| level > 0)
+}
+
+/// The [`EntryCode`] of `rec`.
+pub(super) fn tags_code(rec: &Record, delay_levels: &[i64]) -> EntryCode {
     let h = &rec.header;
     let bytes = rec.bytes();
     let props = StoreProps::of(h.properties(bytes));
-    tags_code_of(h.topic(bytes), props.tags, props.delay, h.store_timestamp, delay_levels).ok()
+    EntryCode::of(h.topic(bytes), props.tags, props.delay, h.store_timestamp, delay_levels)
 }
 
 /// Whether consume-queue entry `q` of `cq` names `rec` exactly: the record is of the queue's topic and queue
-/// id, has queue offset `q`, and the entry holds its commitlog offset, size and tagsCode (`code`, from
-/// [`tags_code`]). The one rule both the walk and the per-entry check apply.
-pub(super) fn entry_names_record(cq: &ConsumeQueue, q: u64, e: &CqEntry, rec: &Record, code: Option<i64>) -> bool {
+/// id, has queue offset `q`, and the entry holds its commitlog offset, size and a tagsCode that fits (`code`,
+/// from [`tags_code`]). The one rule both the walk and the per-entry check apply.
+pub(super) fn entry_names_record(cq: &ConsumeQueue, q: u64, e: &CqEntry, rec: &Record, code: EntryCode) -> bool {
     let h = &rec.header;
     e.offset == rec.offset() as i64
         && e.size == h.total_size
         && h.queue_id == cq.queue_id()
         && u64::try_from(h.queue_offset) == Ok(q)
         && h.topic(rec.bytes()) == cq.topic().as_bytes()
-        && code == Some(e.tags_code)
+        && code.fits(e.tags_code)
 }
 
 /// Consecutive entries `from..next` of one queue that the walk matched, and whether one of their records was
@@ -95,7 +144,7 @@ impl QueueMatches {
         self.by_key.contains_key(&(topic.to_vec(), queue_id))
     }
 
-    pub(super) fn record(&mut self, rec: &Record, code: Option<i64>) -> bool {
+    pub(super) fn record(&mut self, rec: &Record, code: EntryCode) -> bool {
         let h = &rec.header;
         if !matches!(h.transaction_type(), TransactionType::NotType | TransactionType::Commit) {
             return true;
@@ -281,7 +330,7 @@ impl Matches {
         let bytes = rec.bytes();
         let topic = h.topic(bytes);
         let props = StoreProps::of(h.properties(bytes));
-        let code = tags_code_of(topic, props.tags, props.delay, h.store_timestamp, delay_levels).ok();
+        let code = EntryCode::of(topic, props.tags, props.delay, h.store_timestamp, delay_levels);
         let queue_passes = self.queues.record(rec, code);
         // `IndexService::build_index` passes over a ROLLBACK message, one without keys, and one below the
         // endPhyOffset of the file it writes to.
@@ -291,7 +340,7 @@ impl Matches {
             Some(writing) if keyed => writing.as_ref().is_some_and(|(_, end)| (rec.offset() as i64) < *end),
             _ => true,
         };
-        if self.pending.is_none() && !(code.is_some() && queue_passes && index_passes) {
+        if self.pending.is_none() && !(code.has_entry() && queue_passes && index_passes) {
             self.pending = Some(rec.offset());
         }
         self.last_timestamp = h.store_timestamp;

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::index_check::key_hashes;
-use super::matching::{tags_code, QueueMatches};
+use super::matching::{tags_code, EntryCode, QueueMatches};
 use super::open::OpenOptions;
 use super::MessageStore;
 use crate::checkpoint::AbortFile;
@@ -32,7 +32,6 @@ use crate::index::IndexService;
 use crate::java::decode_utf8_lossy;
 use crate::message::decode::CheckOptions;
 use crate::message::properties::{self, keys};
-use crate::message::tags::tags_code_of;
 use crate::mmap::Storage;
 
 /// One problem found, in one file at one byte.
@@ -332,14 +331,13 @@ fn check_queue(
                         let bytes = rec.bytes();
                         let h = &rec.header;
                         let props = h.properties(bytes);
-                        let code = tags_code_of(
+                        let code = EntryCode::of(
                             h.topic(bytes),
                             properties::get_raw(props, keys::TAGS),
                             properties::get_raw(props, keys::DELAY),
                             h.store_timestamp,
                             delay_levels,
-                        )
-                        .ok();
+                        );
                         let mut diffs = Vec::new();
                         if h.topic(bytes) != cq.topic().as_bytes() || h.queue_id != cq.queue_id() {
                             diffs.push(format!(
@@ -354,8 +352,11 @@ fn check_queue(
                         if h.total_size != e.size {
                             diffs.push(format!("size {} where the record has {}", e.size, h.total_size));
                         }
-                        if code != Some(e.tags_code) {
-                            diffs.push(format!("tagsCode {} where the record gives {code:?}", e.tags_code));
+                        if !code.fits(e.tags_code) {
+                            diffs.push(match code {
+                                EntryCode::Exact(c) => format!("tagsCode {} where the record gives {c}", e.tags_code),
+                                _ => "an entry where the record gets none (its DELAY is not a number)".to_owned(),
+                            });
                         }
                         (!diffs.is_empty()).then(|| diffs.join(", "))
                     }
