@@ -83,6 +83,13 @@ pub enum Error {
     #[error("the store is closed")]
     Closed,
 
+    /// The store was opened by the process this one was forked from ([`crate::fork`]); it belongs to that one.
+    #[error(
+        "this store was opened by process {0}, which this process was forked from: a forked child cannot use the \
+         parent's store (it would write over the parent's records); open it in the child once the parent closed it"
+    )]
+    Forked(u32),
+
     /// The disk holding the store is fuller than `disk_space_warning_level_ratio` (RocketMQ's DISK_FULL running
     /// flag, status `SERVICE_NOT_AVAILABLE`): puts are refused, nothing was written, until cleanup brings the
     /// disk below the ratio again.
@@ -129,9 +136,11 @@ impl Error {
             | Error::InvalidProperty { .. }
             | Error::InvalidHost(_) => Some(PutMessageStatus::MessageIllegal),
             Error::PropertiesTooLarge { .. } => Some(PutMessageStatus::PropertiesSizeExceeded),
-            Error::Closed | Error::Poisoned(_) | Error::ReadOnly(_) | Error::DiskSpaceWarning { .. } => {
-                Some(PutMessageStatus::ServiceNotAvailable)
-            }
+            Error::Closed
+            | Error::Forked(_)
+            | Error::Poisoned(_)
+            | Error::ReadOnly(_)
+            | Error::DiskSpaceWarning { .. } => Some(PutMessageStatus::ServiceNotAvailable),
             Error::Io { .. } | Error::DiskFull { .. } => Some(PutMessageStatus::CreateMappedFileFailed),
             _ => None,
         }

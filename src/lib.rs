@@ -12,6 +12,7 @@ pub mod consume_queue;
 pub mod error;
 pub mod fault;
 pub mod file_queue;
+pub mod fork;
 pub mod index;
 pub mod java;
 pub mod message;

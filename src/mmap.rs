@@ -58,6 +58,8 @@ pub struct MappedFile {
     file: Option<File>,
     storage: Storage,
     delete_on_drop: AtomicBool,
+    /// The fork generation this mapping was made in: a forked child's copy deletes nothing on drop.
+    generation: u64,
     /// The whole file has disk space claimed (invariant 4).
     allocated: AtomicBool,
 }
@@ -221,6 +223,7 @@ impl MappedFile {
             file,
             storage,
             delete_on_drop: AtomicBool::new(false),
+            generation: crate::fork::generation(),
             allocated: AtomicBool::new(allocated),
         }
     }
@@ -651,7 +654,7 @@ fn posix_fallocate(file: &File, len: libc::off_t) -> i32 {
 
 impl Drop for MappedFile {
     fn drop(&mut self) {
-        if self.delete_on_drop.load(Ordering::Acquire) {
+        if self.delete_on_drop.load(Ordering::Acquire) && !crate::fork::forked_since(self.generation) {
             let _ = std::fs::remove_file(&self.path);
         }
     }

@@ -50,6 +50,9 @@ pub struct MessageStore {
     uniq: UniqIdGenerator,
     open_report: OpenReport,
     unclean_shutdown: bool,
+    /// The fork generation and process that opened the store ([`crate::fork`]): a forked child refuses it.
+    generation: u64,
+    opened_by: u32,
     state: Mutex<State>,
     /// `state` is `Open` (set with it, cleared before it leaves `Open`): every put checks it.
     writable: AtomicBool,
@@ -239,9 +242,10 @@ impl MessageStore {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if self.writable.load(Ordering::Acquire) {
+        if self.writable.load(Ordering::Acquire) && !crate::fork::forked_since(self.generation) {
             return Ok(());
         }
+        self.check_not_forked()?;
         match &*self.state() {
             State::Open { .. } => Ok(()),
             State::ReadOnly => Err(Error::ReadOnly(self.root.clone())),
@@ -280,8 +284,17 @@ impl MessageStore {
         Ok(end)
     }
 
+    /// Errors in a process forked from the one that opened the store ([`crate::fork`]).
+    fn check_not_forked(&self) -> Result<()> {
+        match crate::fork::forked_since(self.generation) {
+            true => Err(Error::Forked(self.opened_by)),
+            false => Ok(()),
+        }
+    }
+
     /// Errors unless the store is open (reads work on a poisoned store).
     pub fn check_open(&self) -> Result<()> {
+        self.check_not_forked()?;
         match &*self.state() {
             State::Closed => Err(Error::Closed),
             _ => Ok(()),
@@ -439,9 +452,15 @@ impl MessageStore {
     }
 
     /// Dispatches whatever is left, flushes everything, releases the lock and removes the abort file.
-    /// Idempotent. A poisoned store keeps its abort file so the next open knows the last run did not end
+    /// Idempotent. In a process forked from the one that opened the store it does nothing. A poisoned store
+    /// keeps its abort file so the next open knows the last run did not end
     /// cleanly; so does a store whose dispatch could not finish.
     pub fn close(&self) -> Result<()> {
+        if crate::fork::forked_since(self.generation) {
+            // A forked child's copy (its exit drops it too): the store, its threads and its files are the
+            // parent's, and stay as they are.
+            return Ok(());
+        }
         self.services.shutdown();
         let cleaning = self.wait_clean_round();
         let previous = {

@@ -366,6 +366,8 @@ impl MessageStore {
             uniq,
             open_report,
             unclean_shutdown,
+            generation: crate::fork::generation(),
+            opened_by: std::process::id(),
             state: Mutex::new(State::Closed),
             writable: AtomicBool::new(false),
             queues,
