@@ -86,7 +86,16 @@ impl FileQueue {
         let (mut names, mut lens): (Vec<(String, PathBuf)>, Vec<u64>) =
             list_segments(storage, dir, file_size)?.into_iter().map(|(n, p, l)| ((n, p), l)).unzip();
         let paths: Vec<&Path> = names.iter().map(|(_, p)| p.as_path()).collect();
-        if let Some(last) = interrupted_creation(&paths, &lens, file_size)? {
+        // Only a file named as the segment after the others can be one whose creation was cut short; any other
+        // file is the user's, for the name checks below to refuse, never to delete.
+        let starts: Vec<Option<u64>> =
+            names.iter().map(|(n, _)| parse_file_name(n).filter(|_| n.len() == 20)).collect();
+        let next_segment = match starts.as_slice() {
+            [.., Some(prev), Some(last)] => prev.checked_add(file_size) == Some(*last),
+            [Some(only)] => only.is_multiple_of(file_size),
+            _ => false,
+        };
+        if let Some(last) = interrupted_creation(&paths, &lens, file_size)?.filter(|_| next_segment) {
             if !overlay {
                 remove_durably(last)?;
             }
@@ -654,9 +663,38 @@ mod tests {
         let only = interrupted_creation(&[short.as_path()], &[len(&short)], 4096).unwrap();
         assert_eq!(only, Some(short.as_path()), "the only file");
         assert_eq!(interrupted_creation(&[], &[], 4096).unwrap(), None);
-        let after = FileQueue::load(dir.path(), 8192).unwrap();
+        write(0, &[7u8; 4096]);
+        write(4096, &[0u8; 2048]);
+        let after = FileQueue::load(dir.path(), 4096).unwrap();
         assert_eq!(after.files().len(), 1, "load removed the short file of zeros");
         assert!(!short.exists());
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_file_of_zeros_not_named_as_the_next_segment_is_never_removed() {
+        for (others, name) in [
+            (&[][..], "notes.txt"),
+            (&[][..], "00000000000000000000.bak"),
+            (&[][..], "99999999999999999999"),
+            (&[][..], "00000000000000001000"),
+            (&[0u64][..], "00000000000000012288"),
+            (&[0u64][..], "zzz"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            for &o in others {
+                std::fs::write(dir.path().join(file_name(o)), [7u8; 4096]).unwrap();
+            }
+            let theirs = dir.path().join(name);
+            std::fs::write(&theirs, [0u8; 1024]).unwrap();
+            let q = FileQueue::load(dir.path(), 4096);
+            assert!(matches!(q, Err(Error::Corruption { .. })), "{name}: {q:?}");
+            assert_eq!(std::fs::read(&theirs).unwrap(), vec![0u8; 1024], "{name} was changed");
+            std::fs::write(&theirs, []).unwrap();
+            let q = FileQueue::load(dir.path(), 4096);
+            assert!(matches!(q, Err(Error::Corruption { .. })), "{name}, empty: {q:?}");
+            assert!(theirs.exists(), "{name}, empty, was removed");
+        }
     }
 
     #[test]

@@ -410,3 +410,35 @@ def test_read_of_a_non_record_offset(env: Env) -> None:
         with pytest.raises(rmq.InvalidArgumentError):
             env.store.read(bad)
     assert snapshot(env.root) == before
+
+
+def _garbage_segment(root: Path) -> None:
+    (root / "commitlog").mkdir()
+    (root / "commitlog" / ("0" * 20)).write_bytes(bytes(range(256)) * (SEGMENT // 256))
+
+
+def _misaligned_segment(root: Path) -> None:
+    (root / "commitlog").mkdir()
+    (root / "commitlog" / "00000000000000001000").write_bytes(b"\x07" * SEGMENT)
+
+
+def _users_file_of_zeros(root: Path) -> None:
+    (root / "commitlog").mkdir()
+    (root / "commitlog" / "notes.txt").write_bytes(bytes(1024))
+
+
+def _abort_is_a_directory(root: Path) -> None:
+    (root / "abort").mkdir()
+
+
+@pytest.mark.parametrize("make", [_garbage_segment, _misaligned_segment, _users_file_of_zeros, _abort_is_a_directory])
+def test_a_refused_open_leaves_the_directory_as_it_found_it(tmp_path: Path, make: Callable[[Path], None]) -> None:
+    """A writable open that fails used to leave `lock`, `checkpoint`, `consumequeue/` and `index/` behind (and
+    `abort.bak`), and deleted a file of zeros of any name from `commitlog/` as an interrupted segment creation."""
+    root = tmp_path / "s"
+    root.mkdir()
+    make(root)
+    before = snapshot(root)
+    with pytest.raises(rmq.RmqError):
+        rmq.MessageStore(root, small_config(), start_services=False)
+    assert snapshot(root) == before

@@ -19,7 +19,7 @@
 //! log); any other is checked entry by entry as before. Dispatch then passes over the records the walk found in
 //! place, provided nothing changed the queues or the index since (a repair, a cut tail).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64};
 use std::sync::{Condvar, Mutex};
 
@@ -53,7 +53,19 @@ impl MessageStore {
     /// Opens (creating if needed) the store at `root`: takes the lock, recovers the commitlog and checks the
     /// derived files against it (module docs), dispatches what they lack, and marks the store as running
     /// (abort file).
-    pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
+    ///
+    /// An open that fails leaves no file or directory it made itself (a refused directory is left as it was
+    /// found): see [`MadeByOpen`].
+    pub fn open_with(root: &Path, config: StoreConfig, options: &OpenOptions) -> Result<Self> {
+        let made = (!options.read_only).then(|| MadeByOpen::note(root));
+        let opened = Self::open_made(root, config, options);
+        if let (Err(_), Some(made)) = (&opened, made) {
+            made.undo();
+        }
+        opened
+    }
+
+    fn open_made(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
         let began = std::time::Instant::now();
         config.validate()?;
         crate::mmap::raise_open_file_limit();
@@ -452,6 +464,51 @@ impl MessageStore {
         *store.state.get_mut().unwrap_or_else(|p| p.into_inner()) = state;
         store.recovery.open_time = began.elapsed();
         Ok(store)
+    }
+}
+
+/// The names a writable open may create in a store directory, and which of them were there before it: an open
+/// that fails (a commitlog it refuses, a bad abort marker, a full disk) removes the ones it made, so that a
+/// refused directory is left as it was found (a mistyped path, a directory that is not a store), not turned
+/// into the beginnings of an empty store. Files first, then the directories it made, each only if empty.
+pub(super) struct MadeByOpen {
+    root: PathBuf,
+    root_existed: bool,
+    existed: Vec<(&'static str, bool)>,
+}
+
+impl MadeByOpen {
+    const NAMES: [&'static str; 8] =
+        ["abort", "abort.bak", "checkpoint", "lock", "commitlog", "consumequeue", "index", "config"];
+
+    fn note(root: &Path) -> Self {
+        let exists = |p: &Path| p.symlink_metadata().is_ok();
+        MadeByOpen {
+            root: root.to_owned(),
+            root_existed: exists(root),
+            existed: Self::NAMES.iter().map(|&n| (n, exists(&root.join(n)))).collect(),
+        }
+    }
+
+    fn undo(self) {
+        for (name, existed) in &self.existed {
+            let path = self.root.join(name);
+            if *existed {
+                continue;
+            }
+            match path.symlink_metadata() {
+                Ok(m) if m.is_dir() => {
+                    let _ = std::fs::remove_dir(&path);
+                }
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(_) => {}
+            }
+        }
+        if !self.root_existed {
+            let _ = std::fs::remove_dir(&self.root);
+        }
     }
 }
 
