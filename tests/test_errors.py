@@ -5,6 +5,7 @@ directories included), `max_offset` unchanged, no queue offset consumed, no dire
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -442,3 +443,13 @@ def test_a_refused_open_leaves_the_directory_as_it_found_it(tmp_path: Path, make
     with pytest.raises(rmq.RmqError):
         rmq.MessageStore(root, small_config(), start_services=False)
     assert snapshot(root) == before
+
+
+def test_a_transient_store_pool_larger_than_memory_is_refused_not_an_abort(tmp_path: Path) -> None:
+    """`transient_store_pool_size` buffers of a segment each, beyond the machine's memory, aborted the process
+    ("memory allocation of 34359738352 bytes failed") where it must be an `InvalidConfigError`."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+    cfg = small_config(transient_store_pool_enable=True, transient_store_pool_size=min(memory // SEGMENT + 1, 2**31 - 1))
+    with pytest.raises(rmq.InvalidConfigError, match="transient_store_pool_size"):
+        rmq.MessageStore(tmp_path / "s", cfg, start_services=False)
+    assert not (tmp_path / "s").exists()

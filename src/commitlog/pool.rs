@@ -9,6 +9,15 @@ use memmap2::MmapMut;
 
 use crate::error::{Error, Result};
 
+/// The machine's physical memory in bytes, if the system says.
+fn physical_memory() -> Option<u64> {
+    #[allow(unsafe_code)]
+    // SAFETY: `sysconf` reads a system value; no memory is passed.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
+    pages.checked_mul(page)
+}
+
 /// The pool of write buffers.
 #[derive(Debug)]
 pub struct TransientStorePool {
@@ -25,7 +34,19 @@ impl TransientStorePool {
     pub fn new(size: u32, buffer_len: u64) -> Result<Self> {
         let len = usize::try_from(buffer_len)
             .map_err(|_| Error::InvalidConfig(format!("a transient store buffer of {buffer_len} bytes")))?;
-        let mut available = Vec::with_capacity(size as usize);
+        // Each buffer is a whole segment held in memory for the store's life (locked when it may be): a pool
+        // larger than the machine's memory can never be made, and refusing it beats an out-of-memory abort.
+        let total = u64::from(size).saturating_mul(buffer_len);
+        if let Some(memory) = physical_memory().filter(|&m| total > m) {
+            return Err(Error::InvalidConfig(format!(
+                "transient_store_pool_size ({size}) buffers of one segment ({buffer_len} bytes) need {total} bytes, \
+                 more than this machine's memory ({memory} bytes)"
+            )));
+        }
+        let mut available = Vec::new();
+        available.try_reserve_exact(size as usize).map_err(|_| {
+            Error::InvalidConfig(format!("transient_store_pool_size ({size}) buffers cannot be listed in memory"))
+        })?;
         let mut lock_error = None;
         for _ in 0..size {
             let map = MmapMut::map_anon(len)
