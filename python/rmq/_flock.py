@@ -44,18 +44,49 @@ class FileLock:
     @contextmanager
     def held(self) -> Iterator[None]:
         with self._thread_lock:
-            if self._depth == 0:
-                if self._fd is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                fcntl.lockf(self._fd, fcntl.LOCK_EX)
-            self._depth += 1
+            self._acquire(reading=False)
             try:
                 yield
             finally:
-                self._depth -= 1
-                if self._depth == 0 and self._fd is not None:
-                    fcntl.lockf(self._fd, fcntl.LOCK_UN)
+                self._release()
+
+    @contextmanager
+    def held_for_reading(self) -> Iterator[None]:
+        """`held()` for a reader of the files the lock guards, so that it never sees a writer's moment between two
+        renames. Where there is nothing to lock (no directory) or the lock file cannot be made or opened (a
+        read-only directory or mount: nobody there can be replacing the files through rmq either), the reader
+        goes ahead without it, and creates nothing."""
+        with self._thread_lock:
+            locked = self._acquire(reading=True)
+            try:
+                yield
+            finally:
+                if locked:
+                    self._release()
+
+    def _acquire(self, *, reading: bool) -> bool:
+        """Takes the lock (the caller holds the thread lock); False, having taken nothing, when `reading` and the
+        lock file is out of reach."""
+        if self._depth == 0:
+            if self._fd is None:
+                if reading and not self.path.parent.is_dir():
+                    return False
+                try:
+                    if not reading:
+                        self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                except OSError as e:
+                    if reading and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                        return False
+                    raise
+            fcntl.lockf(self._fd, fcntl.LOCK_EX)
+        self._depth += 1
+        return True
+
+    def _release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
 
 def fsync_dir(path: Path) -> None:

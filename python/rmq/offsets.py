@@ -250,7 +250,15 @@ class ConsumerOffsetManager:
         intact backup), the entries that still parse are salvaged from both. Returns True when state was loaded
         or neither file exists (empty state), False when nothing could be read (the table is then empty and the
         bad files are left for inspection).
+
+        It reads under the file lock `persist()` takes (when the lock file can be made: not on a read-only
+        directory), so it never sees another process's persist between its renames, when only `<file>.bak` is
+        there.
         """
+        with self._file_lock.held_for_reading():
+            return self._load()
+
+    def _load(self) -> bool:
         issues: list[OffsetIssue] = []
         damaged: dict[Path, bytes] = {}
         main = self._read(self.path, issues, damaged)
