@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import rmq
-from conftest import small_config
+from conftest import SMALL, small_config
 from rmq.consumer import ArrivalWaiter, PullConsumer, PullStatus
 from rmq.rebalance import MessageQueue
 
@@ -151,3 +151,40 @@ def test_long_polling_times_out_without_spinning(small_store: rmq.MessageStore) 
     idle = math.ceil(time.monotonic() - start)
     assert small_store.reput.rounds - rounds_before <= 2 + idle, "the reput thread sleeps too"
     assert ArrivalWaiter.of(small_store) is ArrivalWaiter.of(small_store)
+
+
+def test_pulls_on_a_read_only_store_see_what_another_process_writes(tmp_path: Path) -> None:
+    """A read-only store has no reput service of its own: a pull that finds nothing new takes in what the writer
+    (another process; here another store object) added since, as `refresh()` does, without the caller's help."""
+    with rmq.MessageStore(tmp_path / "s", SMALL) as writer:
+        fill(writer, 1)
+        writer.flush()
+        with rmq.MessageStore(tmp_path / "s", SMALL, read_only=True) as view:
+            c = PullConsumer(view, "g")
+            assert c.pull(("T", 0), 1).status is PullStatus.NO_NEW_MSG
+            writer.put("T", b"later")
+            writer.flush()
+            r = c.pull(("T", 0), 1)
+            assert r.status is PullStatus.FOUND and [m.body for m in r.messages] == [b"later"]
+            assert r.next_begin_offset == 2
+
+
+def test_long_polling_on_a_read_only_store_finds_what_another_process_writes(tmp_path: Path) -> None:
+    """Nothing signals arrivals in a read-only store: the long poll refreshes and polls while it waits, so a
+    message the writer puts during the wait is returned, long before the timeout."""
+    with rmq.MessageStore(tmp_path / "s", SMALL) as writer:
+        fill(writer, 1)
+        writer.flush()
+        with rmq.MessageStore(tmp_path / "s", SMALL, read_only=True) as view:
+            c = PullConsumer(view, "g")
+
+            def producer() -> None:
+                time.sleep(0.5)
+                writer.put("T", b"late")
+                writer.flush()
+
+            t = threading.Thread(target=producer)
+            t.start()
+            r = c.pull_block_if_not_found(("T", 0), 1, timeout=60.0)
+            t.join()
+            assert r.status is PullStatus.FOUND and [m.body for m in r.messages] == [b"late"]

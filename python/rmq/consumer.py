@@ -13,7 +13,9 @@ rmq runs RocketMQ's broker and client halves in one process: a pull goes straigh
 | NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE | PULL_NOT_FOUND at 0, else OFFSET_MOVED | NO_NEW_MSG, OFFSET_ILLEGAL |
 
 Long polling (`ArrivalWaiter`): a pull that finds nothing new waits on the store's native arrival signal (the
-reput service advances it when entries reach a queue) or a timeout, instead of polling.
+reput service advances it when entries reach a queue) or a timeout, instead of polling. A read-only store has no
+reput service (another process writes it): there a pull that finds nothing refreshes the store first
+(`MessageStore.refresh()`), and a long poll refreshes and pulls again every `READ_ONLY_POLL` seconds.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ BROKER_NAME = "broker-a"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: The most queues a topic may be configured to have (`queue_nums`, `topic_queue_nums`).
 MAX_TOPIC_QUEUE_NUMS = 1 << 16
+READ_ONLY_POLL = 0.1
+"""Seconds between refreshes of a read-only store (another process writes it) while a consumer waits for
+messages: nothing signals arrivals there."""
 
 
 class PullStatus(enum.Enum):
@@ -185,12 +190,19 @@ class PullConsumer:
     def pull(
         self, mq: MessageQueue | tuple[str, int], offset: int, max_nums: int = 32, subscription: str | None = "*"
     ) -> PullResult:
-        """One pull of up to `max_nums` messages from `offset` whose tag matches `subscription`."""
+        """One pull of up to `max_nums` messages from `offset` whose tag matches `subscription`.
+
+        On a read-only store (another process writes it) a pull that finds nothing at `offset` (NO_NEW_MSG or
+        OFFSET_ILLEGAL) takes in what the writer added since (`store.refresh()`) and pulls again."""
         q = as_queue(mq)
         _args.java_long(offset, "offset")
         _args.positive(max_nums, "max_nums")
         r = self.store.get_message(self.group, q.topic, q.queue_id, offset, max_nums, subscription)
         status = pull_status(r.status, offset)
+        if self.store.read_only and status in (PullStatus.NO_NEW_MSG, PullStatus.OFFSET_ILLEGAL):
+            self.store.refresh()
+            r = self.store.get_message(self.group, q.topic, q.queue_id, offset, max_nums, subscription)
+            status = pull_status(r.status, offset)
         msgs = r.messages if status == PullStatus.FOUND else []
         return PullResult(status, r.next_begin_offset, r.min_offset, r.max_offset, msgs)
 
@@ -204,7 +216,9 @@ class PullConsumer:
     ) -> PullResult:
         """A long-polling pull: when nothing new is there, waits up to `timeout` seconds for an arrival.
 
-        `timeout` must be finite and not negative (`InvalidArgumentError`).
+        On a read-only store, where nothing signals arrivals, it pulls again (refreshing the store) every
+        `READ_ONLY_POLL` seconds until a message is there or the timeout. `timeout` must be finite and not
+        negative (`InvalidArgumentError`).
         """
         q = as_queue(mq)
         deadline = time.monotonic() + _args.seconds(timeout)
@@ -213,7 +227,9 @@ class PullConsumer:
             remaining = deadline - time.monotonic()
             if r.status != PullStatus.NO_NEW_MSG or remaining <= 0:
                 return r
-            if not self._waiter.wait_beyond(q.topic, q.queue_id, offset, remaining):
+            if self.store.read_only:
+                self._waiter.wait_beyond(q.topic, q.queue_id, offset, min(remaining, READ_ONLY_POLL))
+            elif not self._waiter.wait_beyond(q.topic, q.queue_id, offset, remaining):
                 return self.pull(q, offset, max_nums, subscription)
 
     def update_consume_offset(self, mq: MessageQueue | tuple[str, int], offset: int) -> None:

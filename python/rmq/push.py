@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, cast
 
 from rmq import _args, _native
 from rmq._native import ArgumentTypeError, BoundaryType, GetMessageResult, GetMessageStatus, MessageExt
-from rmq.consumer import MAX_TOPIC_QUEUE_NUMS, ArrivalWaiter, PullStatus, pull_status, topic_queues
+from rmq.consumer import MAX_TOPIC_QUEUE_NUMS, READ_ONLY_POLL, ArrivalWaiter, PullStatus, pull_status, topic_queues
 from rmq.group import ConsumerGroup
 from rmq.local_offsets import LocalFileOffsetStore
 from rmq.orderly import (
@@ -275,8 +275,6 @@ def _check_push_args(a: dict[str, object]) -> None:
 
 
 _ids = itertools.count()
-READ_ONLY_POLL = 0.1
-"""Seconds between refreshes of a read-only store (another process writes it) while a consumer has nothing."""
 FLOW_CONTROL_DELAY = 0.05
 """Seconds before a throttled queue is pulled again (`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL` = 50 ms)."""
 PULL_EXCEPTION_DELAY = 3.0
