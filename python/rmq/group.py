@@ -22,14 +22,27 @@ Rules, each applied under the lock:
   and committed and persisted its offset (`PushConsumer._drop_except`). Until then the queue stays its own and
   whoever is allocated it waits; it retries at every heartbeat.
 
+And in each process, by its own `CLOCK_MONOTONIC` (which runs on while the process is stopped):
+
+- Its members hold their queues only while its last heartbeat written to the registry is recent: `own_lease()`,
+  half the lease (RocketMQ's client takes its queue locks to expire after 30 s, the broker after 60 s), at least
+  two heartbeats. Past that (the process was paused, its heartbeat stalled or could not be written) the others
+  may soon take it for dead and its queues over, so it hands out no message and commits no offset
+  (`holds_lease()`; the offsets manager refuses the group's commits and persists none of its changes, see
+  `ConsumerOffsetManager.fence`) until a heartbeat is written again.
+- When a heartbeat is written, before the lease counts as renewed, each member drops without committing every
+  queue it still holds in memory that the registry no longer gives it (`_discard_except`): another member took
+  it meanwhile, and its offset is that member's now.
+
 In one process, members release before others acquire within the same rebalance, so an in-process group
 rebalances at once on join and leave, as before; across processes a move completes within a heartbeat or two.
 
 Interface used by `rmq.push` (`ConsumerGroup.of(store, group)`): `join(member)`, `leave(member)`,
-`rebalance()`, `lock`, `members`, `owners()`, `events`. A member provides `consumer_id`,
+`rebalance()`, `lock`, `members`, `owners()`, `events`, `holds_lease()`. A member provides `consumer_id`,
 `_allocation(cids) -> {queue: subscription}` (what it should own), `assigned_queues()` (what it owns),
-`_drop_except(plan)` (stops, commits and persists the queues not in `plan`), `_apply_allocation(plan)` (owns
-exactly `plan`), and `refresh_offsets()` (re-reads the group's offsets from disk before it consumes queues it acquired).
+`_drop_except(plan)` (stops, commits and persists the queues not in `plan`), `_discard_except(held)` (drops the
+queues not in `held` without committing), `_apply_allocation(plan)` (owns exactly `plan`), and `refresh_offsets()`
+(re-reads the group's offsets from disk before it consumes queues it acquired).
 """
 
 from __future__ import annotations
@@ -63,6 +76,8 @@ VERSION = 1
 HEARTBEAT_INTERVAL = 1.0
 #: Seconds without a heartbeat after which a member is dead.
 LEASE = 10.0
+#: Seconds between checks of the lease by a member's threads while it has run out (they wait for a heartbeat).
+LEASE_RECHECK = 0.05
 
 
 class Member(Protocol):
@@ -72,6 +87,7 @@ class Member(Protocol):
     def refresh_offsets(self) -> None: ...
     def assigned_queues(self) -> list[MessageQueue]: ...
     def _drop_except(self, plan: dict[MessageQueue, str]) -> None: ...
+    def _discard_except(self, held: set[MessageQueue]) -> None: ...
     def releasing_queues(self) -> list[MessageQueue]: ...
     def _apply_allocation(self, plan: dict[MessageQueue, str]) -> None: ...
 
@@ -226,6 +242,9 @@ class ConsumerGroup:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._first: dict[str, bool] = {}  # members that have not been given an allocation yet
+        # `time.monotonic()` of the last heartbeat written for this process's members, once their queues were
+        # checked against the registry (`rebalance`).
+        self._renewed = float("-inf")
 
     @classmethod
     def of(cls, store: MessageStore, group: str) -> ConsumerGroup:
@@ -298,6 +317,33 @@ class ConsumerGroup:
             except Exception:
                 log.exception("group %s: heartbeat failed", self.group)
 
+    # -- the lease -------------------------------------------------------------------------------------
+
+    def own_lease(self) -> float:
+        """Seconds after its last heartbeat for which this process takes its members' queues for theirs: half the
+        lease the others give it, at least two heartbeat intervals, at most the lease."""
+        return min(self.lease, max(self.lease / 2, 2 * self.heartbeat_interval))
+
+    def holds_lease(self) -> bool:
+        """Whether this process's members still hold their queues by its own clock (see the module docs): when
+        not, they must hand out no message and commit no offset until the next heartbeat renews the lease."""
+        return time.monotonic() - self._renewed < self.own_lease()
+
+    def _renew(self, now: float, held: dict[str, set[MessageQueue]]) -> None:
+        """After a heartbeat at `now` was written: each member drops, without committing, what the registry no
+        longer gives it (taken over while this process's lease had run out); then the lease counts from `now`."""
+        for m in self.members:
+            m._discard_except(held.get(m.consumer_id, set()))
+        self._renewed = now
+
+    def _held_locked(self, st: _State) -> dict[str, set[MessageQueue]]:
+        local = {m.consumer_id for m in self.members}
+        held: dict[str, set[MessageQueue]] = {cid: set() for cid in local}
+        for key, owner in st.owners.items():
+            if owner in local:
+                held[owner].add(_queue_of(key))
+        return held
+
     # -- rebalance -------------------------------------------------------------------------------------
 
     def rebalance(self) -> None:
@@ -309,15 +355,17 @@ class ConsumerGroup:
             if not self.members:
                 return
             with self.registry.locked() as st:
-                self._heartbeat_locked(st)
+                now = self._heartbeat_locked(st)
                 cids = sorted(st.members)
+                held = self._held_locked(st)
+            self._renew(now, held)
             plans = [(m, m._allocation(cids)) for m in self.members]
             for m, plan in plans:
                 m._drop_except(plan)  # stopped, committed, persisted
             events: list[OwnershipEvent] = []
             grants: list[tuple[Member, dict[MessageQueue, str], bool, bool]] = []
             with self.registry.locked() as st:
-                self._heartbeat_locked(st)
+                now = self._heartbeat_locked(st)
                 for m, plan in plans:
                     owned = set(m.assigned_queues())
                     # An orderly member's queue with a batch still in its listener stays its own until released.
@@ -341,6 +389,8 @@ class ConsumerGroup:
                             fresh = True
                     changed = set(granted) != owned or self._first.pop(m.consumer_id, False)
                     grants.append((m, granted, fresh, changed))
+                held = self._held_locked(st)
+            self._renew(now, held)
             for e in events:
                 self._emit(e)
             for m, granted, fresh, changed in grants:
@@ -349,7 +399,8 @@ class ConsumerGroup:
                 if changed:
                     m._apply_allocation(granted)
 
-    def _heartbeat_locked(self, st: _State) -> None:
+    def _heartbeat_locked(self, st: _State) -> float:
+        """Records this process's members' heartbeat, and drops dead members; returns the heartbeat's time."""
         now = time.monotonic()
         local = {m.consumer_id for m in self.members}
         for cid, info in list(st.members.items()):
@@ -362,6 +413,7 @@ class ConsumerGroup:
         for cid in local:
             st.members[cid] = {**self._identity, "heartbeat": now}
         st.changed = True
+        return now
 
     def _release_locked(self, st: _State, cid: str, keep: set[str] | None, events: list[OwnershipEvent]) -> None:
         """Releases the queues `cid` owns in the registry but not in `keep` (None: all); the caller has stopped

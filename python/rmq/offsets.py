@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -202,6 +202,7 @@ class ConsumerOffsetManager:
         self._dirty: dict[tuple[str, int], int] = {}
         self._removed: set[str] = set()
         self._file_lock = FileLock.of(self.path.with_name(self.path.name + ".lock"))
+        self._fences: dict[str, list[Callable[[], bool]]] = {}  # group -> its leases (`fence`)
         self._journal_bytes = 0
         self._journal_since: list[bytes] = []
         self._stop = threading.Event()
@@ -381,6 +382,7 @@ class ConsumerOffsetManager:
             with self._file_lock.held():
                 disk = self._disk_state()
                 with self._lock:
+                    self._drop_lapsed_locked()
                     if disk is not None:
                         self._merge_locked(*disk)
                         self._version.counter = max(self._version.counter, disk[1].counter)
@@ -605,8 +607,9 @@ class ConsumerOffsetManager:
         with self._lock:
             return DataVersion(self._version.counter, self._version.state_version, self._version.timestamp)
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, *, journal: bool = False) -> None:
-        """Records `offset` (the next queue offset to consume). A smaller offset than before is accepted.
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, *, journal: bool = False) -> bool:
+        """Records `offset` (the next queue offset to consume). A smaller offset than before is accepted. Returns
+        True, or False having recorded nothing when the group is fenced and its lease has run out (`fence`).
 
         With `journal`, the commit is also appended to `<file>.journal` (one small write, no fsync), which
         `load()` replays over the snapshot: a commit that survives a process crash at a fraction of the cost of
@@ -618,6 +621,9 @@ class ConsumerOffsetManager:
         offset = _args.java_long(offset, "offset")
         journal = _args.boolean(journal, "journal")
         with self._file_lock.held() if journal else contextlib.nullcontext(), self._lock:
+            if not self._holds_locked(group):
+                log.debug("%s: %s/%d -> %d not committed: the lease ran out", group, topic, queue_id, offset)
+                return False
             key = _key(topic, group)
             if journal:
                 # First: a commit that cannot be journaled raises having changed nothing.
@@ -629,6 +635,54 @@ class ConsumerOffsetManager:
             self._seq += 1
         if journal and compact:
             self.persist(sync=False)
+        return True
+
+    # -- fencing (push consumers' leases, `rmq.group`) ----------------------------------------------------------
+
+    def fence(self, group: str, holds: Callable[[], bool]) -> None:
+        """Makes this process's writes of `group`'s offsets depend on `holds()`, a lease on the group's queues (a
+        push consumer's, `rmq.group.ConsumerGroup.holds_lease`). While it is False (the process was paused or
+        its heartbeat stalled, and other members may have taken its queues over): `commit_offset` for the group
+        records nothing and returns False, and `persist()` writes none of this process's changes to the group's
+        offsets since its last persist and takes the file's values instead. Checked under the file lock when a
+        commit is journaled and when persisting, so another process that takes the queues over after the lease
+        ran out (and reads the offsets under that lock) sees every commit made under it and none after.
+        `unfence(group, holds)` undoes one `fence`."""
+        group = _args.text(group, "group")
+        with self._lock:
+            self._fences.setdefault(group, []).append(holds)
+
+    def unfence(self, group: str, holds: Callable[[], bool]) -> None:
+        """Undoes one `fence(group, holds)`; nothing when there is none."""
+        group = _args.text(group, "group")
+        with self._lock:
+            fences = self._fences.get(group, [])
+            if holds in fences:
+                fences.remove(holds)
+            if not fences:
+                self._fences.pop(group, None)
+
+    def disown(self, group: str, queues: Iterable[tuple[str, int]]) -> None:
+        """Forgets this process's changes to the offsets of `group` on these (topic, queue id)s since its last
+        persist: they are another process's now (a push consumer's queues taken over while its lease had run
+        out), so the next persist and `refresh()` take the file's values for them."""
+        group = _args.text(group, "group")
+        with self._lock:
+            for topic, queue_id in queues:
+                self._dirty.pop((_key(topic, group), queue_id), None)
+
+    def _holds_locked(self, group: str) -> bool:
+        return all(holds() for holds in self._fences.get(group, ()))
+
+    def _drop_lapsed_locked(self) -> None:
+        """Before a persist (under the file lock): forgets this process's changes of every fenced group whose
+        lease has run out, so that the persist takes the file's values for them."""
+        lapsed = {g for g in self._fences if not self._holds_locked(g)}
+        if not lapsed:
+            return
+        for entry in [d for d in self._dirty if _group_of(d[0]) in lapsed]:
+            del self._dirty[entry]
+        log.info("persisting consumer offsets without the changes of %s: their lease has run out", sorted(lapsed))
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, −1 when unknown; an assigned reset offset wins over it."""

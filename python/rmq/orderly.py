@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from rmq import _args
 from rmq._native import MessageExt
+from rmq.group import LEASE_RECHECK
 from rmq.rebalance import MessageQueue
 
 if TYPE_CHECKING:
@@ -312,6 +313,23 @@ class OrderlyService:
                 finally:
                     o.consume_lock.release()
 
+    def keep_pending(self, held: set[MessageQueue]) -> None:
+        """Forgets the pending queues the group's registry no longer gives this member (taken over while its lease
+        had run out)."""
+        with self._pending_lock:
+            self._pending &= held
+
+    def discard(self, pq: ProcessQueue) -> None:
+        """Another member took `pq`'s queue while this member's lease had run out: no batch starts any more,
+        nothing is committed for it (a batch in the listener finishes without), and its lock is freed."""
+        o = pq.orderly
+        assert o is not None
+        with pq.lock:
+            pq.dropped = True
+            o.released = True
+        if self.locks is not None:
+            self.locks.unlock(pq.mq, self.consumer.consumer_id)
+
     def _release_locked(self, pq: ProcessQueue) -> None:
         """Commits the first unconsumed offset and frees the lock (caller holds `pq.lock` and the consume lock)."""
         o = pq.orderly
@@ -383,6 +401,12 @@ class OrderlyService:
                     return
                 o.consume_lock.acquire()
                 with pq.lock:
+                    if not pq.dropped and not c._group.holds_lease():
+                        # The queue may be another member's by now: retried once a heartbeat has renewed the lease
+                        # (and kept the queue; else it is dropped and this loop ends).
+                        o.consume_lock.release()
+                        self._submit_later(pq, int(LEASE_RECHECK * 1000))
+                        return
                     msgs = o.take(c.consume_message_batch_max_size) if not pq.dropped else []
                     if not msgs:
                         if pq.dropped:

@@ -4,7 +4,9 @@ at-least-once delivery (RocketMQ's `DefaultMQPushConsumer`; the broker's consume
 - Members of a group (`PushConsumer`s with the same `group` on the same store, in this process or others)
   divide the topic's queues with a rebalance strategy (`rmq.rebalance`, AVG by default) and re-divide them
   whenever one starts, shuts down or dies (`rmq.group`: who owns which queue, heartbeats, leases). Each member
-  also takes its share of the group's retry topic `%RETRY%<group>`.
+  also takes its share of the group's retry topic `%RETRY%<group>`. While its process's lease has run out by its
+  own clock (it was paused, its heartbeat stalled) a member pulls, consumes and commits nothing; its next
+  heartbeat drops, uncommitted, the queues another member took over meanwhile.
 - Each member runs one pull thread (long polling: it sleeps until the reput service reports an arrival) and a
   pool of `consume_thread_nums` consume threads that call the listener with up to
   `consume_message_batch_max_size` messages.
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, cast
 from rmq import _args, _native
 from rmq._native import ArgumentTypeError, BoundaryType, GetMessageResult, GetMessageStatus, MessageExt
 from rmq.consumer import MAX_TOPIC_QUEUE_NUMS, READ_ONLY_POLL, ArrivalWaiter, PullStatus, pull_status, topic_queues
-from rmq.group import ConsumerGroup
+from rmq.group import LEASE_RECHECK, ConsumerGroup
 from rmq.local_offsets import LocalFileOffsetStore
 from rmq.orderly import (
     DEFAULT_SUSPEND_MILLIS,
@@ -197,6 +199,9 @@ class ConsumerStats:
     #: consumption goes on, and the next commit of the queue (a later batch) moves it past these messages.
     commit_failures: int = 0
     rebalances: int = 0
+    #: Queues dropped without committing because another member took them while this member's lease had run out
+    #: (its process was paused or its heartbeat stalled; `rmq.group`).
+    queues_lost: int = 0
     queues_history: list[list[MessageQueue]] = field(default_factory=list)
 
 
@@ -225,6 +230,9 @@ class _Solo:
                 plan = m._allocation([m.consumer_id])
                 m._drop_except(plan)
                 m._apply_allocation(plan)
+
+    def holds_lease(self) -> bool:
+        return True  # nobody else takes its queues
 
 
 def _check_push_args(a: dict[str, object]) -> None:
@@ -391,14 +399,25 @@ class PushConsumer:
             self._orderly.start()
         self._thread = threading.Thread(target=self._pull_loop, name=f"rmq-pull-{self.consumer_id}", daemon=True)
         self._thread.start()
+        self._fence()
         try:
             self._group.join(self)
         except BaseException:
             self._stop_threads()
             if self._orderly is not None:
                 self._orderly.close()
+            self._unfence()
             raise
         return self
+
+    def _fence(self) -> None:
+        """The group's offsets are written by this process only while its lease holds (`rmq.group`)."""
+        if isinstance(self._group, ConsumerGroup) and not isinstance(self.offsets, LocalFileOffsetStore):
+            self.offsets.fence(self.group, self._group.holds_lease)
+
+    def _unfence(self) -> None:
+        if isinstance(self._group, ConsumerGroup) and not isinstance(self.offsets, LocalFileOffsetStore):
+            self.offsets.unfence(self.group, self._group.holds_lease)
 
     def _stop_threads(self) -> None:
         """Stops pulling, and waits for the batches in the listener to finish."""
@@ -431,6 +450,8 @@ class PushConsumer:
             self.offsets.persist()
         except Exception as e:
             errors.append(e)
+        finally:
+            self._unfence()
         if errors:
             raise errors[0]
 
@@ -495,6 +516,34 @@ class PushConsumer:
                 self.offsets.commit_offset(self.group, mq.topic, mq.queue_id, pq.commit_offset())
         if gone or settled:
             self._persist()
+
+    def _discard_except(self, held: set[MessageQueue]) -> None:
+        """Drops, without committing, the queues this member holds that the group's registry no longer gives it:
+        another member took them while this member's lease had run out, and their offsets are that member's now.
+        A batch of them still in the listener finishes, and nothing is committed for it."""
+        with self._pqs_lock:
+            lost = [self._pqs.pop(mq) for mq in [mq for mq in self._pqs if mq not in held]]
+            lost += [self._releasing.pop(mq) for mq in [mq for mq in self._releasing if mq not in held]]
+            if lost:
+                self.stats.queues_lost += len(lost)
+                self.stats.queues_history.append(sorted(self._pqs))
+        if self._orderly is not None:
+            self._orderly.keep_pending(held)
+        for pq in lost:
+            if self._orderly is not None:
+                self._orderly.discard(pq)
+            else:
+                with pq.lock:
+                    pq.dropped = True
+            log.warning(
+                "%s: %s was taken over by another member while this member's lease had run out; dropped without "
+                "committing (offset %d)",
+                self.consumer_id,
+                pq.mq,
+                pq.commit_offset(),
+            )
+        if lost and not isinstance(self.offsets, LocalFileOffsetStore):
+            self.offsets.disown(self.group, [(pq.mq.topic, pq.mq.queue_id) for pq in lost])
 
     def refresh_offsets(self) -> None:
         """Takes in the offsets other processes persisted (the group's previous owners of queues just acquired)."""
@@ -588,6 +637,11 @@ class PushConsumer:
         pulled, the wait for an arrival. False when the consumer stops meanwhile or the store closed."""
         if self._queues_changed():
             self._group.rebalance()
+        if not self._group.holds_lease():
+            # The lease ran out (the process was paused, the heartbeat stalled): the queues may be another
+            # member's by now. Nothing is pulled until a heartbeat renews it and drops what was taken over.
+            self._stopping.wait(LEASE_RECHECK)
+            return True
         seen = self._waiter.arrivals
         self._adopt_pending()
         progressed = throttled = False
@@ -596,6 +650,8 @@ class PushConsumer:
         for pq in queues:
             if not self._running.is_set():
                 return False
+            if not self._group.holds_lease():
+                return True
             if pq.dropped:
                 continue
             if pq.in_flight() >= self.pull_threshold_for_queue:
@@ -682,6 +738,12 @@ class PushConsumer:
     # -- consuming ---------------------------------------------------------------------------------------
 
     def _consume(self, pq: ProcessQueue, msgs: list[MessageExt], qoffs: list[int]) -> None:
+        # Not while the lease has run out: the queue may be another member's by now. The batch waits for the next
+        # heartbeat, which keeps the queue (the batch is consumed) or drops it (the new owner delivers it).
+        while not self._group.holds_lease():
+            if pq.dropped or self._stopping.is_set():
+                return  # uncommitted: delivered again
+            self._stopping.wait(LEASE_RECHECK)
         if not pq.begin_consume():
             return
         back_failed: list[tuple[MessageExt, int]] = []
