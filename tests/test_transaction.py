@@ -370,3 +370,56 @@ def test_a_closed_producer_sends_ends_and_checks_nothing(store: rmq.MessageStore
         committed, op = again.end_transaction(half, COMMIT)
     assert committed is not None and op is not None
     assert bodies(store, "T") == [b"before close"]
+
+
+def test_two_transactions_that_share_a_uniq_key_are_each_committed(tmp_path: Path) -> None:
+    """A producer may give two transactions the same UNIQ_KEY (RocketMQ commits both). rmq took the second for
+    an end of the first and refused it, and the check then discarded it after transaction_check_max."""
+    path = tmp_path / "s"
+    with rmq.MessageStore(path, config()) as store:
+        p = TransactionProducer(store, "pg")
+        one = p.send_half("T", b"one", properties={"UNIQ_KEY": "BIZ-1"})
+        two = p.send_half("T", b"two", properties={"UNIQ_KEY": "BIZ-1"})
+        assert one.uniq_key == two.uniq_key == "BIZ-1"
+        p.end_transaction(one, COMMIT)
+        p.end_transaction(two, COMMIT)
+        assert bodies(store, "T") == [b"one", b"two"]
+        with pytest.raises(rmq.TransactionError, match="already"):
+            p.end_transaction(two, ROLLBACK)
+        three = p.send_half("T", b"three", properties={"UNIQ_KEY": "BIZ-1"})
+    # After a restart the ends are learnt from the op queue, each by its own transaction.
+    with rmq.MessageStore(path, config()) as store:
+        p = TransactionProducer(store, "pg")
+        with pytest.raises(rmq.TransactionError, match="already"):
+            p.end_transaction(one, COMMIT)
+        p.end_transaction(three, COMMIT)
+        assert bodies(store, "T") == [b"one", b"three", b"two"]
+
+
+def test_a_copy_of_a_half_whose_transaction_was_ended_is_done_not_checked_again(tmp_path: Path) -> None:
+    """The check re-put a copy and the checker said UNKNOW; then the producer committed the original half. The
+    copy was asked about at every round (each COMMIT answer refused as already ended) until it was discarded to
+    TRANS_CHECK_MAX_TIME_TOPIC, a committed message looking abandoned. Now the round marks it done with an op
+    record."""
+    with rmq.MessageStore(tmp_path / "s", config(transaction_check_max=3)) as store:
+        answers = Answers()
+        offsets = offsets_of(store)
+        with TransactionProducer(store, "pg", checker=answers, offsets=offsets) as p:
+            half = p.send_half("T", b"x")
+            wait_past_timeout()
+            assert p.check_now()["checks"] == 1  # a copy re-put; UNKNOW
+            p.end_transaction(half, COMMIT)
+            answers.table[b"x"] = COMMIT
+            answers.asked.clear()
+            done = 0
+            for _ in range(5):
+                wait_past_timeout()
+                r = p.check_now()
+                assert r["checks"] == 0 and r["discarded"] == 0, r
+                done += r["done"]
+            assert answers.asked == []
+            assert done >= 1
+        store.wait_dispatched()
+        assert bodies(store, "T") == [b"x"]
+        assert store.get_max_offset_in_queue(CHECK_MAX_TIME_TOPIC, 0) == 0
+        offsets.close()

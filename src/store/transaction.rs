@@ -163,24 +163,49 @@ pub(crate) struct TransactionState {
     ended: Mutex<Option<Ended>>,
 }
 
-/// The halves an op record names: by half queue offset, and by transaction id (UNIQ_KEY), which every copy the
+/// The halves an op record names: by half queue offset, and by transaction ([`TxKey`]), which every copy the
 /// check re-puts shares, so ending an older copy of an ended transaction is refused too.
 #[derive(Debug, Default)]
 struct Ended {
     offsets: HashSet<i64>,
-    ids: HashSet<String>,
+    transactions: HashSet<TxKey>,
 }
 
 impl Ended {
-    fn contains(&self, queue_offset: i64, id: Option<&str>) -> bool {
-        self.offsets.contains(&queue_offset) || id.is_some_and(|i| self.ids.contains(i))
+    fn contains(&self, queue_offset: i64, key: Option<&TxKey>) -> bool {
+        self.offsets.contains(&queue_offset) || key.is_some_and(|k| self.transactions.contains(k))
     }
 
-    fn insert(&mut self, queue_offset: i64, id: Option<&str>) {
+    fn insert(&mut self, queue_offset: i64, key: Option<TxKey>) {
         self.offsets.insert(queue_offset);
-        if let Some(i) = id {
-            self.ids.insert(i.to_owned());
+        if let Some(k) = key {
+            self.transactions.insert(k);
         }
+    }
+}
+
+/// What tells one transaction from another across the copies of its half that the check re-puts
+/// (`renewHalfMessageInner` keeps the body, the born time and host and every property but the check count):
+/// the transaction id (UNIQ_KEY) alone is not enough, as a producer may give two transactions the same one
+/// (RocketMQ commits both), so with it the born time and host and the body's CRC.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TxKey {
+    id: String,
+    born_timestamp: i64,
+    born_host: std::net::SocketAddr,
+    body_crc: i32,
+}
+
+impl TxKey {
+    fn of(half: &Stored) -> Option<Self> {
+        let h = &half.record.header;
+        let id = half.get(keys::UNIQ_KEY).filter(|u| !u.is_empty())?;
+        Some(TxKey {
+            id: id.to_owned(),
+            born_timestamp: h.born_timestamp,
+            born_host: h.born_host,
+            body_crc: h.body_crc,
+        })
     }
 }
 
@@ -295,8 +320,8 @@ impl MessageStore {
         if ended.is_none() {
             *ended = Some(self.ended_from_op_queue(h.queue_id)?);
         }
-        let id = half.get(keys::UNIQ_KEY).filter(|u| !u.is_empty()).map(str::to_owned);
-        if ended.as_ref().is_some_and(|e| e.contains(h.queue_offset, id.as_deref())) {
+        let key = TxKey::of(&half);
+        if ended.as_ref().is_some_and(|e| e.contains(h.queue_offset, key.as_ref())) {
             return Err(Error::Transaction(format!(
                 "the half at commitlog offset {} (queue offset {}) was already committed or rolled back",
                 req.commit_log_offset, h.queue_offset
@@ -330,7 +355,7 @@ impl MessageStore {
         let mut written = self.put_inner_all(&[commit, Some(op)].into_iter().flatten().collect::<Vec<_>>())?;
         let op = written.pop().ok_or_else(|| Error::Transaction("the op record was not written".into()))?;
         if let Some(e) = ended.as_mut() {
-            e.insert(h.queue_offset, id.as_deref());
+            e.insert(h.queue_offset, key);
         }
         Ok(EndResult { committed: written.pop(), op })
     }
@@ -387,7 +412,7 @@ impl MessageStore {
                         .as_ref()
                         .and_then(|cq| u64::try_from(half_offset).ok().and_then(|o| cq.entry(o)))
                         .and_then(|entry| self.stored(entry.offset as u64).ok().flatten());
-                    ended.insert(half_offset, half.as_ref().and_then(|h| h.get(keys::UNIQ_KEY)));
+                    ended.insert(half_offset, half.as_ref().and_then(TxKey::of));
                 }
             }
             q = next;
@@ -484,7 +509,11 @@ impl MessageStore {
             let need_check = (pull.last_born.is_none() && age > immunity)
                 || pull.last_born.is_some_and(|b| b - start > timeout)
                 || age <= -1;
-            if need_check {
+            if need_check && self.end_copy_of_ended(&msg)? {
+                // Another copy of its half was ended (the producer ended the original after the check re-put
+                // it): this copy is done too. RocketMQ would ask about it again and commit a second time.
+                round.done += 1;
+            } else if need_check {
                 round.checks.push(self.put_back_half(&msg)?);
             } else {
                 if pull.last_born.is_none() {
@@ -510,6 +539,25 @@ impl MessageStore {
         }
         round.op_offset = op_new.max(ops.illegal_reset.unwrap_or(op_new));
         Ok(round)
+    }
+
+    /// When `half`'s transaction was ended through another copy of its half, writes the op record that marks
+    /// this copy done too and returns true.
+    fn end_copy_of_ended(&self, half: &Stored) -> Result<bool> {
+        let h = &half.record.header;
+        let Some(key) = TxKey::of(half) else { return Ok(false) };
+        let mut ended = self.transactions.ended.lock().unwrap_or_else(|p| p.into_inner());
+        if ended.is_none() {
+            *ended = Some(self.ended_from_op_queue(h.queue_id)?);
+        }
+        let Some(e) = ended.as_mut().filter(|e| e.contains(h.queue_offset, Some(&key))) else { return Ok(false) };
+        let (op_body, op_props) = Self::op_record(&[h.queue_offset]);
+        let born = (self.config.broker.store_host, now_ms());
+        let op =
+            tx_message(OP_TOPIC, h.queue_id, op_body.as_bytes(), &op_props, 0, 0, TransactionType::NotType, born, 0, 0);
+        self.put_inner(&op)?;
+        e.insert(h.queue_offset, Some(key));
+        Ok(true)
     }
 
     /// `fillOpRemoveMap`: up to 32 op records from `from`; each `d` record's half offsets at or after
