@@ -9,7 +9,9 @@ import csv
 import datetime as dt
 import errno
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -486,3 +488,45 @@ def test_an_export_into_a_directory_that_does_not_exist_names_that_directory(src
     p = cli("export", str(src), str(out))
     assert p.returncode == 2 and ".tmp" not in p.stderr and "nodir" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "nodir").exists()
+
+
+def test_an_export_never_replaces_a_special_file_and_writes_through_a_symlink(src: Path, tmp_path: Path) -> None:
+    """QA: `rmq export S OUT` renamed its temporary file over whatever OUT was: a FIFO, a device (as root,
+    `rmq export S /dev/null` replaced the machine's /dev/null) or a symlink became a regular file, exit 0. A FIFO
+    or a device is refused, nothing written; a symlink stays and its target is written, as `>` would."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for fmt in FORMATS:
+        with pytest.raises(rmq.InvalidArgumentError, match="is a FIFO .*not a regular file.*Nothing was written"):
+            export(src, fifo, fmt)
+    p = cli("export", str(src), str(fifo))
+    assert p.returncode == 2 and "is a FIFO" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    to_fifo = tmp_path / "to-fifo"
+    to_fifo.symlink_to(fifo)
+    p = cli("export", str(src), str(to_fifo))
+    assert p.returncode == 2 and f"leads to {str(fifo)!r}, which is a FIFO" in p.stderr, p.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and to_fifo.is_symlink()
+    # A symlink to a file (or to where a file will be): the link stays, the file it names is the export.
+    target = tmp_path / "target.jsonl"
+    target.write_text("precious\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to("target.jsonl")
+    p = cli("export", str(src), str(link))
+    assert p.returncode == 0, p.stderr
+    assert link.is_symlink() and os.readlink(link) == "target.jsonl"
+    assert len(target.read_text().splitlines()) == N
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to("made.jsonl")
+    assert export(src, dangling, "parquet") == N and dangling.is_symlink()
+    assert pq.read_table(tmp_path / "made.jsonl").num_rows == N
+    # A leftover temporary file that is not a regular file is not written through either.
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / ".x.jsonl.tmp").symlink_to(victim)
+    with pytest.raises(rmq.InvalidArgumentError, match=r"\.x\.jsonl\.tmp.*is a symlink"):
+        export(src, tmp_path / "x.jsonl")
+    assert victim.read_text() == "mine" and (tmp_path / ".x.jsonl.tmp").is_symlink()
+    assert not (tmp_path / "x.jsonl").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["fifo", "to-fifo", "target.jsonl", "link.jsonl", "dangling.jsonl", "made.jsonl", "victim", ".x.jsonl.tmp"]
+    )

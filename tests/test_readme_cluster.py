@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,23 @@ def test_the_cluster_run_collects() -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "readme_cluster.py::" in out.stdout
+
+
+def test_spark_env_never_replaces_a_special_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `rmq export`: the archive was renamed over whatever OUT was (a FIFO, a device). Refused before any
+    step runs; a symlink to a FIFO too."""
+
+    def no_step(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"ran {args}")
+
+    monkeypatch.setattr("rmq.spark_env.subprocess.run", no_step)
+    fifo = tmp_path / "env.tar.gz"
+    os.mkfifo(fifo)
+    (tmp_path / "link.tar.gz").symlink_to(fifo)
+    for out in (fifo, tmp_path / "link.tar.gz"):
+        with pytest.raises(SparkEnvError, match="a FIFO .*not a regular file"):
+            build(out, say=False)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == [
+        "env.tar.gz",
+        "link.tar.gz",
+    ]

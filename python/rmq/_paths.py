@@ -1,5 +1,6 @@
-"""The rule every command that reads a store and writes elsewhere follows: what it writes (or replaces, or
-deletes to overwrite) never lies inside the store it reads, and never holds it.
+"""The rules every command that reads a store and writes elsewhere follows: what it writes (or replaces, or
+deletes to overwrite) never lies inside the store it reads, and never holds it; and a file it writes whole (a
+temporary file renamed into place) replaces only a regular file, never a FIFO, a device or a socket.
 
 `rmq export STORE STORE/commitlog/00000000000000000000` would otherwise replace a segment with the export,
 `rmq replay STORE STORE` append a store to itself, and `rmq spark STORE OUT` with STORE at `OUT/messages`
@@ -9,7 +10,9 @@ followed, `..` folded), so another spelling of the same place is the same place.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -55,3 +58,65 @@ def refuse_overlap(store: str | os.PathLike[str], written: Iterable[str | os.Pat
                     f"{what} {os.fspath(w)!r} overlaps the store {os.fspath(store)!r} being read ({tree}): writing "
                     "there would change or delete the store; give a path outside it. Nothing was written"
                 )
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for messages."""
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def output_file(path: str | os.PathLike[str], what: str) -> Path:
+    """Where a command that writes the file `path` whole (under a temporary name, then renamed) writes: `path`
+    itself when it is missing or a regular file; when it is a symlink, the file the symlink names (missing or
+    regular), so the link stays and its target is replaced, as the shell's `>` writes through a link. Anything
+    else (a FIFO, a device, a socket, a directory, a symlink leading to one of those or in a loop) is refused
+    with `InvalidArgumentError` before anything is written: the rename would replace it with a regular file
+    (`/dev/null` for everyone, as root)."""
+    given = Path(path)
+    target = Path(os.path.realpath(given)) if given.is_symlink() else given
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        mode = stat.S_IFLNK
+    if stat.S_ISREG(mode):
+        return target
+    kind = "a symlink that cannot be resolved (a loop)" if stat.S_ISLNK(mode) else _kind(mode)
+    where = "" if target == given or stat.S_ISLNK(mode) else f" leads to {str(target)!r}, which"
+    raise rmq.InvalidArgumentError(
+        f"{what} {os.fspath(path)!r}{where} is {kind}, not a regular file: rmq writes a new file and renames "
+        "it into place, which would replace it; give the path of a regular file (or of none). Nothing was written"
+    )
+
+
+def create_temporary(tmp: Path, what: str) -> int:
+    """Creates the temporary file `tmp` (beside the file it will be renamed to) for writing and returns its
+    descriptor: a regular file left there by an earlier run that was killed is removed first; anything else at
+    `tmp` (a symlink, a FIFO, ...) is refused with `InvalidArgumentError` and left alone, never written through.
+    Created exclusively (`O_EXCL`, mode 0666 less the umask), so nothing can slip in between."""
+    try:
+        mode = os.lstat(tmp).st_mode
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(mode):
+            raise rmq.InvalidArgumentError(
+                f"the temporary file {str(tmp)!r} for {what} is {_kind(mode)}, not a leftover of rmq: remove it "
+                "or give another path. Nothing was written"
+            )
+        tmp.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(tmp, flags, 0o666)

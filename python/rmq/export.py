@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import errno
 import functools
+import io
 import json
 import os
 import re
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 
 import rmq
 from rmq import _args, _native
-from rmq._paths import refuse_overlap
+from rmq._paths import create_temporary, output_file, refuse_overlap
 from rmq._progress import Progress
 from rmq.arrow import arrow_schema, read_split
 from rmq.store import SCHEDULE_TOPIC
@@ -232,26 +233,30 @@ def export(
     """Writes the selected messages of `store` to the file `out` in `fmt` (`jsonl`: one JSON object per message,
     body as `body_base64`, times in ms; `parquet`: the Spark source's schema; `csv`: body base64, properties
     as JSON, keys space-separated). Written to a temporary name and renamed, so `out` is whole or absent.
-    `out` may not lie inside the store (`InvalidArgumentError`, nothing written). Returns the number of
-    messages. A message whose body fails its CRC is written with `body_crc_ok` false (what is left of it may
-    still help), and its commitlog offset is appended to `damaged` when that list is given."""
+    `out` may not lie inside the store, nor be anything but a regular file (a FIFO, a device: the rename would
+    replace it): `InvalidArgumentError`, nothing written. A symlink stays: the file it names is written. Returns
+    the number of messages. A message whose body fails its CRC is written with `body_crc_ok` false (what is left
+    of it may still help), and its commitlog offset is appended to `damaged` when that list is given."""
     if fmt not in FORMATS:
         raise rmq.InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    refuse_overlap(store, (out, tmp), "the export file")
+    refuse_overlap(store, (out, out.with_name(f".{out.name}.tmp")), "the export file")
     if out.is_dir():
         raise rmq.InvalidArgumentError(f"the export file {str(out)!r} is a directory: give a file name")
-    if not out.parent.is_dir():
+    target = output_file(out, "the export file")  # `out`, or the file it names when it is a symlink
+    tmp = target.with_name(f".{target.name}.tmp")
+    refuse_overlap(store, (target, tmp), "the export file")
+    if not target.parent.is_dir():
         raise rmq.InvalidArgumentError(
-            f"the directory of the export file {str(out)!r} does not exist: create {str(out.parent)!r} first"
+            f"the directory of the export file {str(out)!r} does not exist: create {str(target.parent)!r} first"
         )
     count = 0
+    raw = open(create_temporary(tmp, "the export file"), "wb")  # closed by the `with` below, or in `finally`
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            with pq.ParquetWriter(tmp, arrow_schema()) as writer:
+            with raw as sink, pq.ParquetWriter(sink, arrow_schema()) as writer:
                 for batch in _noting_damage(batches(store, sel, skipped=skipped, progress=progress), damaged):
                     writer.write_batch(batch)
                     count += batch.num_rows
@@ -259,7 +264,7 @@ def export(
             import pyarrow.csv as pacsv
 
             writer_csv: pacsv.CSVWriter | None = None
-            with open(tmp, "wb") as f:
+            with raw as f:
                 for batch in _noting_damage(batches(store, sel, skipped=skipped, progress=progress), damaged):
                     flat = _flat(batch)
                     if writer_csv is None:
@@ -269,12 +274,12 @@ def export(
                 if writer_csv is not None:
                     writer_csv.close()
         else:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with io.TextIOWrapper(raw, encoding="utf-8") as f:
                 for batch in _noting_damage(batches(store, sel, skipped=skipped, progress=progress), damaged):
                     for row in batch.to_pylist():
                         f.write(json.dumps(_json_row(row), ensure_ascii=False) + "\n")
                     count += batch.num_rows
-        tmp.replace(out)
+        tmp.replace(target)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, rmq.RmqError):
             raise rmq.DiskFullError(
@@ -285,6 +290,7 @@ def export(
             ) from e
         raise
     finally:
+        raw.close()
         tmp.unlink(missing_ok=True)
     return count
 

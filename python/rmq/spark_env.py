@@ -32,6 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import rmq
+from rmq._paths import create_temporary, output_file
+
 #: What executors import besides rmq and pyspark, with the `spark` extra's ranges (used when not installed here).
 EXECUTOR_PACKAGES = {"pyarrow": "pyarrow>=18", "pandas": "pandas>=2.2,<3"}
 #: The packer; installed into the environment it packs (a few kB), so the driver needs nothing new.
@@ -96,6 +99,10 @@ def build(
     """Builds the executors' environment in a temporary directory and packs it into `out` (tar.gz or zip, by its
     name). Raises SparkEnvError when a step fails or pyspark ended up in the environment."""
     out = Path(out).absolute()
+    try:  # the archive is renamed into place: never over a FIFO or a device; through a symlink, to its file
+        out = output_file(out, "the archive")
+    except rmq.InvalidArgumentError as e:
+        raise SparkEnvError(str(e)) from None
     if not out.parent.is_dir():
         raise SparkEnvError(f"{out.parent}: no such directory")
     reqs = requirements(wheel)
@@ -112,7 +119,12 @@ def build(
                 check_env(env)
         unpacked = tree_bytes(env)
         partial = out.with_name(f".{out.name}.partial")
-        shutil.copyfile(packed, partial)  # the temporary directory may be on another filesystem
+        try:
+            fd = create_temporary(partial, "the archive")
+        except rmq.InvalidArgumentError as e:
+            raise SparkEnvError(str(e)) from None
+        with open(fd, "wb") as dst, open(packed, "rb") as src:
+            shutil.copyfileobj(src, dst)  # the temporary directory may be on another filesystem
         umask = os.umask(0)
         os.umask(umask)
         partial.chmod(0o666 & ~umask)
