@@ -575,6 +575,10 @@ impl StoreConfig {
     }
 }
 
+/// The smallest `maxMessageSize` RocketMQ takes (`updateMaxMessageSize` ignores smaller values; a config or
+/// `set_max_message_size` below it is refused here).
+pub const MIN_MAX_MESSAGE_SIZE: i32 = 10;
+
 /// Smallest segment accepted: large enough for a minimal record plus the end-of-file blank.
 pub const MIN_SEGMENT_SIZE: u64 = 64;
 
@@ -589,9 +593,9 @@ impl StoreConfig {
                 c.mapped_file_size_commit_log
             )));
         }
-        if c.max_message_size < 10 {
+        if c.max_message_size < MIN_MAX_MESSAGE_SIZE {
             return Err(Error::InvalidConfig(format!(
-                "max_message_size must be at least 10 bytes, got {}",
+                "max_message_size must be at least {MIN_MAX_MESSAGE_SIZE} bytes, got {}",
                 c.max_message_size
             )));
         }

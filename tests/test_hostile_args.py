@@ -387,7 +387,13 @@ def _read_split(e: Env, d: Draw) -> object:
 
 def _split_reader(e: Env, d: Draw) -> object:
     path, base, limit = _segment(e)
-    kw = kwargs_of(d, columns=COLUMNS, topics=st.lists(TOPIC, max_size=2), max_rows=st.integers(1, 50))
+    kw = kwargs_of(
+        d,
+        columns=COLUMNS,
+        topics=st.lists(TOPIC, max_size=2),
+        max_rows=st.integers(1, 50),
+        max_bytes=st.integers(1, 1 << 20),
+    )
     return list(_native.SplitReader(d(arg(st.just(path))), d(arg(st.just(base))), 0, limit, **kw))
 
 
@@ -595,3 +601,16 @@ def test_integers_with_index_count_as_ints_but_bools_do_not(env: Env) -> None:
             env.offsets.query_offset("G", "T", bad)
     with pytest.raises(rmq.InvalidArgumentError):
         env.store.wait_dispatched(np.float64("nan"))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_split_reader_refuses_max_bytes_below_one(env: Env, bad: int) -> None:
+    """QA: `SplitReader(..., max_bytes=0)` yielded empty batches forever (a for loop over it never ended); 0 is
+    refused as `plan_commitlog` refuses a split size of 0, before anything is read."""
+    path, base, limit = _segment(env)
+    with pytest.raises(rmq.InvalidArgumentError, match=r"\[1, 2147483647\]") as e:
+        _native.SplitReader(path, base, 0, limit, max_bytes=bad)
+    assert "max_bytes" in " ".join(getattr(e.value, "__notes__", []))
+    one_each = [pa.record_batch(b).num_rows for b in _native.SplitReader(path, base, 0, limit, max_bytes=1)]
+    assert one_each and set(one_each) == {1}  # the smallest limit: a record a batch

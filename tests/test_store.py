@@ -702,7 +702,9 @@ def test_dynamic_max_message_size(small_store: rmq.MessageStore) -> None:
         small_store.put("T", b"x" * 11)
     with pytest.raises(rmq.MessageTooLargeError):
         small_store.put_batch("T", [b"x" * 11])
-    small_store.set_max_message_size(9)  # below 10: ignored, as RocketMQ's updateMaxMessageSize
+    for bad in (9, 0, -1, -(2**31)):  # RocketMQ ignores these (updateMaxMessageSize); rmq says so
+        with pytest.raises(rmq.InvalidArgumentError, match=r"max_message_size \(bytes\) \[10, 2147483647\]"):
+            small_store.set_max_message_size(bad)
     assert small_store.put("T", b"x" * 10).queue_offset == 2
     with pytest.raises(rmq.MessageTooLargeError):
         small_store.put("T", b"x" * 11)

@@ -423,3 +423,16 @@ def test_a_copy_of_a_half_whose_transaction_was_ended_is_done_not_checked_again(
         assert bodies(store, "T") == [b"x"]
         assert store.get_max_offset_in_queue(CHECK_MAX_TIME_TOPIC, 0) == 0
         offsets.close()
+
+
+@pytest.mark.parametrize("bad", [-1, -(2**63)])
+def test_a_negative_check_timeout_is_an_invalid_argument_and_checks_nothing(tmp_path: Path, bad: int) -> None:
+    """QA: `transaction_check(timeout_ms=-1)` raised a bare ValueError; now `InvalidArgumentError` (also a
+    `ValueError`), as the store's waits refuse a negative timeout, and no round runs."""
+    with rmq.MessageStore(tmp_path / "s", config()) as store:
+        with TransactionProducer(store, "pg") as p:
+            p.send_half("T", b"half")
+        end = store.max_offset
+        with pytest.raises(rmq.InvalidArgumentError, match="timeout_ms must be a number of milliseconds, 0 or more"):
+            rmq._native.transaction_check(store, timeout_ms=bad)
+        assert store.max_offset == end

@@ -116,6 +116,21 @@ pub(crate) fn count_usize(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(usize::try_from(count(obj, i32::MAX as u64)?).unwrap_or_default())
 }
 
+/// A limit in bytes that a read must be able to reach: an int in `[1, i32::MAX]` (0 would end every batch
+/// before its first row, and a reader would yield empty batches forever).
+pub(crate) fn byte_limit_usize(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let v = int_in(obj, "a size in bytes", 1, i32::MAX.into())?;
+    Ok(usize::try_from(v).unwrap_or_default())
+}
+
+/// A `maxMessageSize` for later puts: an int in `[10, i32::MAX]` (RocketMQ's `updateMaxMessageSize` ignores
+/// smaller values silently; here they are refused).
+pub(crate) fn max_message_size(obj: &Bound<'_, PyAny>) -> PyResult<i32> {
+    let lo = crate::config::MIN_MAX_MESSAGE_SIZE;
+    let v = int_in(obj, "max_message_size (bytes)", lo.into(), i32::MAX.into())?;
+    Ok(i32::try_from(v).unwrap_or_default())
+}
+
 /// An int or a float of seconds: finite and not negative (NaN, infinities and negative values are refused).
 pub(crate) fn seconds(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     if obj.is_instance_of::<PyBool>()

@@ -282,7 +282,7 @@ impl SplitReader {
         #[pyo3(from_py_with = args::opt_java_long)] max_store_ms: Option<i64>,
         #[pyo3(from_py_with = args::boolean)] skip_damage: bool,
         #[pyo3(from_py_with = args::count_usize)] max_rows: usize,
-        #[pyo3(from_py_with = args::count_usize)] max_bytes: usize,
+        #[pyo3(from_py_with = args::byte_limit_usize)] max_bytes: usize,
     ) -> PyResult<Self> {
         let mask = mask(columns)?;
         let filter = RecordFilter { topics, min_store_ms, max_store_ms };

@@ -603,8 +603,9 @@ impl MessageStore {
         self.inner.next_queue_offset(&topic, queue_id)
     }
 
-    /// Changes `maxMessageSize` for later puts (values below 10 are ignored, as in RocketMQ).
-    fn set_max_message_size(&self, #[pyo3(from_py_with = args::java_int)] size: i32) {
+    /// Changes `maxMessageSize` for later puts: 10 to `i32::MAX` bytes. Smaller values, which RocketMQ ignores
+    /// silently, raise `InvalidArgumentError` and change nothing.
+    fn set_max_message_size(&self, #[pyo3(from_py_with = args::max_message_size)] size: i32) {
         self.inner.set_max_message_size(size);
     }
 

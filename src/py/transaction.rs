@@ -6,7 +6,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::args;
-use super::errors::to_py;
+use super::errors::{invalid_argument, to_py};
 use super::message::PutResult;
 use super::store::MessageStore;
 use crate::store::transaction::{EndKind, EndTransaction};
@@ -53,7 +53,11 @@ fn transaction_check<'py>(
     #[pyo3(from_py_with = args::opt_java_int)] check_max: Option<i32>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let timeout_ms = timeout_ms
-        .map(|t| u64::try_from(t).map_err(|_| pyo3::exceptions::PyValueError::new_err("timeout_ms must be >= 0")))
+        .map(|t| {
+            u64::try_from(t).map_err(|_| {
+                invalid_argument(format!("timeout_ms must be a number of milliseconds, 0 or more, got {t}"))
+            })
+        })
         .transpose()?;
     let inner = &store.inner;
     let r = py.detach(|| inner.transaction_check(half_offset, op_offset, timeout_ms, check_max)).map_err(to_py)?;
