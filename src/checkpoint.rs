@@ -158,12 +158,70 @@ impl LockFile {
     }
 }
 
+/// What a store's root directory may hold (spec §9.1, a RocketMQ broker's `storePathRootDir`), and rmq's own
+/// `rmq-groups/` (the consumer groups' registries): nothing else is a store's.
+pub const STORE_ROOT_NAMES: &[&str] = &[
+    "commitlog",
+    "consumequeue",
+    "consumequeue_ext",
+    "batchconsumequeue",
+    "index",
+    "checkpoint",
+    "abort",
+    "abort.bak",
+    "lock",
+    "config",
+    "timerlog",
+    "timerwheel",
+    "compaction",
+    "epochFileCheckpoint",
+    "brokerIdentity",
+    "rmq-groups",
+];
+
+/// The names of the entries of the directory `root` that no store holds ([`STORE_ROOT_NAMES`]), sorted: empty
+/// for a store or an empty directory.
+pub fn foreign_entries(root: &Path) -> Result<Vec<String>> {
+    let mut foreign = Vec::new();
+    for entry in std::fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+        let name = entry.map_err(|e| Error::io(root, e))?.file_name();
+        if !name.to_str().is_some_and(|n| STORE_ROOT_NAMES.contains(&n)) {
+            foreign.push(name.to_string_lossy().into_owned());
+        }
+    }
+    foreign.sort();
+    Ok(foreign)
+}
+
+/// [`Error::NotAStore`] unless `root` is a directory holding only what a store holds.
+fn check_store_dir(root: &Path) -> Result<()> {
+    let not_a_store = |foreign: String| Err(Error::NotAStore { path: root.to_owned(), foreign });
+    match std::fs::metadata(root) {
+        Ok(meta) if !meta.is_dir() => return not_a_store("it is not a directory".into()),
+        Ok(_) => {}
+        Err(e) => return Err(Error::io(root, e)),
+    }
+    let foreign = foreign_entries(root)?;
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = foreign.iter().take(3).map(|n| format!("{n:?}")).collect();
+    let more = if foreign.len() > 3 { format!(" and {} more", foreign.len() - 3) } else { String::new() };
+    not_a_store(format!("it holds other files than a store's: {}{more}", shown.join(", ")))
+}
+
 /// Deletes the store directory `root` and everything in it with its lock held ([`LockFile::acquire`]), so that
 /// no process that has the store open (a broker, rmq, this process) loses it underneath: [`Error::Locked`] then,
 /// and nothing is deleted. The lock file goes with the directory; the lock is released after.
+///
+/// Only a store is deleted, so that a mistyped path never wipes someone's files: a `root` that is not a
+/// directory, or holds anything a store does not ([`STORE_ROOT_NAMES`]; an empty directory is fine), is
+/// [`Error::NotAStore`], checked before the lock is taken (which would create `lock` in it) and again with it
+/// held; nothing is deleted or created then.
 pub fn remove_store(root: &Path) -> Result<()> {
+    check_store_dir(root)?;
     let lock = LockFile::acquire(root)?;
-    let removed = std::fs::remove_dir_all(root).map_err(|e| Error::io(root, e));
+    let removed = check_store_dir(root).and_then(|()| std::fs::remove_dir_all(root).map_err(|e| Error::io(root, e)));
     drop(lock);
     removed
 }
@@ -416,5 +474,24 @@ mod tests {
         drop((again, independent));
         // Read only now: closing a descriptor of `lock` would release this process's lock on it.
         assert_eq!(std::fs::read(root.join("lock")).expect("read"), b"lock");
+    }
+
+    #[test]
+    fn remove_store_deletes_only_a_directory_holding_nothing_but_a_stores_files() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(home.join("commitlog")).expect("mkdir");
+        std::fs::write(home.join("thesis.tex"), b"mine").expect("write");
+        assert!(matches!(remove_store(&home), Err(Error::NotAStore { ref path, .. }) if *path == home));
+        assert!(!home.join("lock").exists() && home.join("thesis.tex").exists());
+        let file = home.join("thesis.tex");
+        assert!(matches!(remove_store(&file), Err(Error::NotAStore { .. })));
+        std::fs::remove_file(&file).expect("rm");
+        for name in ["config", "index", "rmq-groups"] {
+            std::fs::create_dir(home.join(name)).expect("mkdir");
+        }
+        std::fs::write(home.join("checkpoint"), b"").expect("write");
+        remove_store(&home).expect("a store's files only");
+        assert!(!home.exists());
     }
 }

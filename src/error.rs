@@ -75,6 +75,14 @@ pub enum Error {
     )]
     Locked(PathBuf),
 
+    /// A directory to be deleted as a store ([`crate::checkpoint::remove_store`]) is not one: it is not a
+    /// directory, or holds entries no store holds (`foreign` names them); nothing was deleted.
+    #[error(
+        "{path} is not a store directory ({foreign}); nothing was deleted: give a store's root directory (the one \
+         holding commitlog/), or delete it yourself"
+    )]
+    NotAStore { path: PathBuf, foreign: String },
+
     /// The store was opened read-only (`read_only=True`); the call would write.
     #[error("store {0} is open read-only and this call would write to it; open it without read_only to write")]
     ReadOnly(PathBuf),

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import rmq
-from conftest import SMALL
+from conftest import SMALL, snapshot
 from rmq.demo import run_demo
 from rmq.offsets import ConsumerOffsetManager
 
@@ -217,6 +217,71 @@ def test_demo_fresh_deletes_only_a_store_no_process_holds(tmp_path: Path) -> Non
         ]
         == 0
     )
+
+
+def test_removing_a_store_refuses_a_directory_holding_anything_a_store_does_not(tmp_path: Path) -> None:
+    """QA: `rmq demo --store DIR --fresh` deleted DIR's contents whenever it held a `commitlog/` (the only check),
+    and `rmq._native.remove_store` deleted any directory at all. Only a store's own names may be deleted
+    (spec 9.1, and rmq's `rmq-groups/`); anything else leaves the directory as it was, no lock file created."""
+    home = tmp_path / "home"
+    (home / "commitlog").mkdir(parents=True)
+    (home / "thesis.tex").write_text("mine")
+    (home / "photos").mkdir()
+    before = snapshot(home)
+    line = one_line_error(rmq_cli("demo", "--store", home, "--messages", "5", "--fresh", "--no-spark"))
+    assert "holds other files than a store's" in line and '"photos", "thesis.tex"' in line
+    assert "nothing was deleted" in line
+    with pytest.raises(rmq.InvalidArgumentError, match="nothing was deleted") as e:
+        rmq._native.remove_store(home)
+    assert e.value.path == str(home)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(rmq.InvalidArgumentError, match="not a directory"):
+        rmq._native.remove_store(tmp_path / "afile")
+    assert snapshot(home) == before and (tmp_path / "afile").read_text() == "x"
+    # A store with everything rmq and a broker put at its root is deleted, and so is an empty directory.
+    store = tmp_path / "store"
+    write_store(store, n=3)
+    for name in ("rmq-groups", "compaction", "timerwheel"):
+        (store / name).mkdir()
+    (store / "abort.bak").write_text("")
+    rmq._native.remove_store(store)
+    assert not store.exists()
+
+
+def test_replay_and_demo_create_a_store_only_where_there_is_none_or_a_store(tmp_path: Path) -> None:
+    """`rmq replay SRC DIR` into a directory holding other files created commitlog/, consumequeue/, index/,
+    config/, lock and checkpoint among them: refused (a store, a missing or an empty directory are fine). A
+    regular file as the destination said "I/O error on afile: File exists (os error 17)"."""
+    src = tmp_path / "src"
+    write_store(src, n=3)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("mine")
+    for cmd in (["replay", src, docs], ["demo", "--store", docs, "--messages", "1", "--no-spark"]):
+        line = one_line_error(rmq_cli(*cmd))
+        assert f"{docs} is not a store and holds other files ('notes.txt')" in line and "nothing was written" in line
+    assert sorted(p.name for p in docs.iterdir()) == ["notes.txt"]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for cmd in (["replay", src, afile], ["demo", "--store", afile, "--messages", "1", "--no-spark"]):
+        line = one_line_error(rmq_cli(*cmd))
+        assert f"{afile} is a file, not a directory" in line and "os error" not in line
+    assert afile.read_text() == "x"
+    assert rmq_cli("replay", src, tmp_path / "new").returncode == 0
+    assert rmq_cli("replay", src, tmp_path / "new").returncode == 0  # into a store: appended
+    with rmq.MessageStore(tmp_path / "new", read_only=True) as s:
+        assert sum(1 for _ in s.scan()) == 6
+
+
+def test_a_symlink_loop_is_named_as_one(tmp_path: Path) -> None:
+    """`rmq scan LOOP` said "LOOP does not exist"."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    for cmd in ("scan", "check", "describe"):
+        line = one_line_error(rmq_cli(cmd, tmp_path / "a"))
+        assert "symlink loop" in line and "does not exist" not in line, line
+    line = one_line_error(rmq_cli("replay", tmp_path / "a", tmp_path / "dst"))
+    assert "symlink loop" in line and not (tmp_path / "dst").exists()
 
 
 def test_the_store_the_demo_writes_opens_in_the_api_and_scans(tmp_path: Path) -> None:

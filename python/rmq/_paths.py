@@ -1,6 +1,7 @@
 """The rules every command that reads a store and writes elsewhere follows: what it writes (or replaces, or
 deletes to overwrite) never lies inside the store it reads, and never holds it; and a file it writes whole (a
-temporary file renamed into place) replaces only a regular file, never a FIFO, a device or a socket.
+temporary file renamed into place) replaces only a regular file, never a FIFO, a device or a socket; and a store
+it creates or fills goes where there is none of someone else's files.
 
 `rmq export STORE STORE/commitlog/00000000000000000000` would otherwise replace a segment with the export,
 `rmq replay STORE STORE` append a store to itself, and `rmq spark STORE OUT` with STORE at `OUT/messages`
@@ -120,3 +121,43 @@ def create_temporary(tmp: Path, what: str) -> int:
         tmp.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.open(tmp, flags, 0o666)
+
+
+def store_destination(path: str | os.PathLike[str], what: str) -> None:
+    """Raises `InvalidArgumentError` (nothing written yet) unless a store may be created or filled at `path`: a
+    path that does not exist, an empty directory, a store (a directory holding `commitlog/`), or a directory
+    holding only what a store holds (`rmq._native.foreign_store_entries`). Opening a store at a directory of
+    someone's files would create `commitlog/`, `consumequeue/`, `index/`, `config/`, `lock` and `checkpoint`
+    among them; at a file, a FIFO or a symlink loop it fails with an I/O error that does not say why."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise rmq.InvalidArgumentError(
+                f"{what} {p} is a symlink to {os.readlink(p)!r}, which does not exist; nothing was written: create "
+                "the directory it names, or give another path"
+            ) from None
+        return
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise rmq.InvalidArgumentError(
+            f"{what} {p} is a symlink loop (it cannot be resolved); nothing was written: give a directory"
+        ) from None
+    if not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+        raise rmq.InvalidArgumentError(
+            f"{what} {p} is {kind}, not a directory; nothing was written: give a directory for the store (one that "
+            "does not exist yet, an empty one, or a store's)"
+        )
+    if (p / "commitlog").is_dir():
+        return
+    foreign = rmq._native.foreign_store_entries(p)
+    if foreign:
+        shown = ", ".join(repr(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise rmq.InvalidArgumentError(
+            f"{what} {p} is not a store and holds other files ({shown}); nothing was written: a store created there "
+            "would put its files (commitlog/, consumequeue/, index/, config/, lock, checkpoint) among them; give a "
+            "directory that does not exist yet, an empty one, or a store's"
+        )

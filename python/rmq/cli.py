@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import errno
 import io
 import json
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import rmq
-from rmq._paths import refuse_overlap
+from rmq._paths import refuse_overlap, store_destination
 from rmq.spark_env import add_arguments as spark_env_arguments
 
 EXIT_OK = 0
@@ -66,8 +67,19 @@ size_arg = _int_arg(1, 2**31 - 1, "a size")
 
 def existing_store(path: Path) -> Path:
     """`path` if it holds a store (a `commitlog/` directory), so that a mistyped path creates nothing."""
-    if not path.exists():
-        raise CommandError(f"{path} does not exist: give the store's root directory (the one holding commitlog/)")
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CommandError(
+                f"{path} is a symlink loop (it cannot be resolved): give the store's root directory (the one holding "
+                "commitlog/)"
+            ) from None
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise
+        raise CommandError(
+            f"{path} does not exist: give the store's root directory (the one holding commitlog/)"
+        ) from None
     if not (path / "commitlog").is_dir():
         raise CommandError(f"{path} holds no store (no commitlog/ directory): give the store's root directory")
     return path
@@ -249,6 +261,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             refuse_overlap(store, (args.dst,), "the destination store")
             if args.to_topic is not None:
                 rmq._native.check_producer_topic(args.to_topic)
+            store_destination(args.dst, "the destination")  # never a store among someone's files
             # No services while it is filled: a delayed message delivered in the middle would become the
             # destination's newest message, which `--resume` could not place. Dispatched before the close.
             left_out: dict[str, int] = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 import rmq
+from rmq._paths import store_destination
 from rmq._progress import Progress
 from rmq.offsets import ConsumerOffsetManager
 from rmq.push import ConsumeContext, ConsumeFromWhere, ConsumeStatus, PushConsumer, retry_topic
@@ -137,16 +138,12 @@ def put_workload(
 
 
 def delete_store(store_dir: Path) -> None:
-    """`--fresh`: deletes `store_dir` if it is a store (holds `commitlog/`) or empty, and no process holds the
-    store's lock (a running broker or rmq: `StoreLockedError`). Anything else is not the demo's to delete:
-    `InvalidArgumentError`, nothing deleted."""
+    """`--fresh`: deletes `store_dir` if it holds nothing but a store's files (or nothing), and no process holds
+    the store's lock (a running broker or rmq: `StoreLockedError`). Anything else is not the demo's to delete
+    (`rmq._native.remove_store` refuses a directory holding anything a store does not): `InvalidArgumentError`,
+    nothing deleted."""
     if not store_dir.is_dir():
         raise rmq.InvalidArgumentError(f"--fresh: {store_dir} is not a directory; nothing was deleted")
-    if any(store_dir.iterdir()) and not (store_dir / "commitlog").is_dir():
-        raise rmq.InvalidArgumentError(
-            f"--fresh deletes a store directory (one holding commitlog/) or an empty one, and {store_dir} holds "
-            "other files; nothing was deleted"
-        )
     rmq._native.remove_store(store_dir)  # with the store's lock held
 
 
@@ -165,6 +162,7 @@ def run_demo(
 
     if fresh and store_dir.exists():
         delete_store(store_dir)
+    store_destination(store_dir, "the demo's store")  # never a store among someone's files
     if segment_size is None:
         log = store_dir / "commitlog"
         if log.is_dir() and any(log.iterdir()):

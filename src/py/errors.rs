@@ -160,7 +160,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
     let status = err.put_status();
     let (path, offset) = match &err {
         Error::Corruption { path, offset, .. } => (Some(path.display().to_string()), Some(*offset)),
-        Error::Io { path, .. } | Error::DiskFull { path, .. } => (Some(path.display().to_string()), None),
+        Error::Io { path, .. } | Error::DiskFull { path, .. } | Error::NotAStore { path, .. } => {
+            (Some(path.display().to_string()), None)
+        }
         Error::InvalidOffset { offset, .. } => (None, Some(*offset)),
         Error::Locked(path) | Error::ReadOnly(path) | Error::DiskSpaceWarning { path, .. } => {
             (Some(path.display().to_string()), None)
@@ -189,6 +191,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Closed => StoreClosedError::new_err(msg),
         Error::Poisoned(_) => StorePoisonedError::new_err(msg),
         Error::DiskSpaceWarning { .. } | Error::Forked(_) => StoreStateError::new_err(msg),
+        Error::NotAStore { .. } => invalid_argument(msg),
     };
     Python::attach(|py| {
         let value = py_err.value(py);

@@ -1154,14 +1154,23 @@ fn sizes_from_files<'py>(
 }
 
 /// Deletes the store directory `path` with its lock held; raises `StoreLockedError` (nothing deleted) when a
-/// process (a broker, rmq, this one) has the store open.
+/// process (a broker, rmq, this one) has the store open, and `InvalidArgumentError` (nothing deleted) when `path`
+/// is not a directory or holds anything a store does not.
 #[pyfunction]
 fn remove_store(py: Python<'_>, #[pyo3(from_py_with = args::path)] path: PathBuf) -> PyResult<()> {
     py.detach(|| crate::checkpoint::remove_store(&path)).map_err(to_py)
 }
 
+/// The names of the entries of the directory `path` that no store holds (`checkpoint::STORE_ROOT_NAMES`: a
+/// broker's root names and rmq's `rmq-groups`), sorted; empty for a store or an empty directory.
+#[pyfunction]
+fn foreign_store_entries(py: Python<'_>, #[pyo3(from_py_with = args::path)] path: PathBuf) -> PyResult<Vec<String>> {
+    py.detach(|| crate::checkpoint::foreign_entries(&path)).map_err(to_py)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remove_store, m)?)?;
+    m.add_function(wrap_pyfunction!(foreign_store_entries, m)?)?;
     m.add_function(wrap_pyfunction!(sizes_from_files, m)?)?;
     m.add_function(wrap_pyfunction!(config_settings, m)?)?;
     m.add_function(wrap_pyfunction!(check_config, m)?)?;
