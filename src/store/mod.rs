@@ -215,7 +215,8 @@ impl MessageStore {
         config
     }
 
-    /// Changes `maxMessageSize` for later puts (RocketMQ re-reads it on every put; values below 10 are ignored).
+    /// Changes `maxMessageSize` for later puts (RocketMQ re-reads it on every put). Values below 10 are ignored,
+    /// as RocketMQ's `updateMaxMessageSize` ignores them; the Python binding refuses them before they get here.
     pub fn set_max_message_size(&self, size: i32) {
         if size >= 10 {
             self.max_message_size.store(size, Ordering::Relaxed);
