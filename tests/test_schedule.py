@@ -212,6 +212,25 @@ def test_entries_dispatched_with_other_delay_levels_are_kept_and_checked_clean(t
     assert cq.read_bytes() == before
 
 
+def test_offsets_of_levels_not_configured_are_kept_as_correct_delay_offset_keeps_them(tmp_path: Path) -> None:
+    """RocketMQ's `correctDelayOffset` walks `delayLevelTable` only: a level the file has and the configured levels
+    do not keeps its offset (for when it is configured again). rmq corrected every level in the file to 0."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, CFG) as store:
+        store.put("T", b"x", delay_level=1)
+        wait_until(lambda: len(in_topic(store, "T")) == 1)
+    path = root / "config" / "delayOffset.json"
+    table, version, _ = _native.decode_delay_offsets(path.read_bytes(), path)
+    path.write_text(_native.encode_delay_offsets([*table, (0, 3), (99, 7)], *version))
+    with rmq.MessageStore(root, CFG) as store:
+        assert store.delay_offsets()[1] == 1
+        store.put("T", b"y", delay_level=1)
+        wait_until(lambda: len(in_topic(store, "T")) == 2)
+    table, _, issues = _native.decode_delay_offsets(path.read_bytes(), path)
+    assert dict(table)[0] == 3 and dict(table)[99] == 7 and dict(table)[1] == 2, table
+    assert issues == []
+
+
 def test_periodic_persist_follows_flush_delay_offset_interval(tmp_path: Path) -> None:
     cfg = small_config(mapped_file_size_commit_log=1 << 20, message_delay_level=LEVELS, flush_delay_offset_interval=200)
     root = tmp_path / "s"

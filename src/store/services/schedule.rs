@@ -64,8 +64,8 @@ impl ScheduleState {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Loads `delayOffset.json` (or its `.bak`) and corrects each level's offset into its queue's range, as
-    /// `load()` + `correctDelayOffset()` do. Idempotent.
+    /// Loads `delayOffset.json` (or its `.bak`) and corrects each configured level's offset into its queue's
+    /// range, as `load()` + `correctDelayOffset()` do. Idempotent.
     fn load(&self, store: &MessageStore) -> Result<()> {
         let mut g = self.lock();
         if g.is_some() {
@@ -73,7 +73,10 @@ impl ScheduleState {
         }
         let mut table = delay::load(&store.root().join(delay::FILE))?;
         let mut dirty = false;
-        for (level, offset) in table.in_order() {
+        // Only the configured levels (`delayLevelTable`'s keys): a level the file has and the levels do not
+        // keeps its offset, for when it is configured again.
+        let levels = 1..=i32::try_from(store.delay_levels.len()).unwrap_or(i32::MAX);
+        for (level, offset) in table.in_order().into_iter().filter(|(level, _)| levels.contains(level)) {
             let (min, max) = (
                 store.min_offset_in_queue(SCHEDULE_TOPIC, level - 1),
                 store.max_offset_in_queue(SCHEDULE_TOPIC, level - 1, true),
