@@ -403,3 +403,52 @@ fn some_records() -> &'static [Vec<u8>] {
         raws
     })
 }
+
+/// The damage the planner reports with `skip_damage`, as (file, commitlog offset, length).
+fn planned_damage(commitlog: &Path, split: u64) -> Vec<(PathBuf, i64, u64)> {
+    let plans = columnar::plan_commitlog(commitlog, split, true).expect("skip");
+    plans.into_iter().flat_map(|p| p.damage.into_iter().map(move |d| (p.path.clone(), d.offset, d.length))).collect()
+}
+
+#[test]
+fn a_missing_middle_segment_is_an_error_or_reported_never_skipped_silently() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (offsets, _) = trap_store(dir.path());
+    let commitlog = dir.path().join("commitlog");
+    assert!(segments(dir.path()).len() >= 4);
+    let gone = commitlog.join(rmq::file_queue::file_name(SEG));
+    std::fs::remove_file(&gone).expect("remove");
+    for split in [1u64, 100, SEG] {
+        let err = columnar::plan_commitlog(&commitlog, split, false).expect_err("a gap in the log");
+        assert!(
+            matches!(&err, rmq::error::Error::Corruption { offset, path, .. } if *offset == SEG as i64 && *path == gone),
+            "{err}"
+        );
+        assert!(err.to_string().contains("missing"), "{err}");
+        assert_eq!(planned_damage(&commitlog, split), [(gone.clone(), SEG as i64, SEG)]);
+        let want: Vec<i64> = offsets.iter().filter(|&&o| !(SEG..2 * SEG).contains(&o)).map(|&o| o as i64).collect();
+        assert_eq!(read_planned(&commitlog, split, true).expect("read"), want);
+    }
+}
+
+#[test]
+fn a_truncated_middle_segment_reports_every_byte_it_lost() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (offsets, _) = trap_store(dir.path());
+    let commitlog = dir.path().join("commitlog");
+    let short = commitlog.join(rmq::file_queue::file_name(SEG));
+    let f = std::fs::OpenOptions::new().write(true).open(&short).expect("open");
+    f.set_len(SEG / 2 + 7).expect("truncate");
+    for split in [1u64, 100, SEG] {
+        assert!(columnar::plan_commitlog(&commitlog, split, false).is_err());
+        let read = read_planned(&commitlog, split, true).expect("read");
+        let damage = planned_damage(&commitlog, split);
+        assert!(damage.iter().all(|(p, _, _)| *p == short), "{damage:?}");
+        // Every record not read lies in a reported range, and the ranges reach the next segment.
+        for &o in offsets.iter().filter(|&&o| !read.contains(&(o as i64))) {
+            assert!(damage.iter().any(|&(_, d, n)| d <= o as i64 && (o as i64) < d + n as i64), "{o} {damage:?}");
+        }
+        let (_, last, n) = damage.last().expect("damage");
+        assert_eq!(*last + *n as i64, 2 * SEG as i64, "{damage:?}");
+    }
+}

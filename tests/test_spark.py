@@ -347,6 +347,39 @@ def test_damage_matrix_gives_the_same_rows_or_error_at_every_split_size(
     assert seen == {"rows", "error"}
 
 
+def test_a_missing_or_truncated_middle_segment_is_never_skipped_silently(
+    matrix_store: Path, matrix_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Offsets no file holds between two segments (a segment file deleted, or one cut short): FAILFAST names the
+    gap (file and offset), at every split size; skipping damage reports the whole gap, and every message lost
+    lies in what is reported."""
+    seg = 65536
+    assert len(list((matrix_store / "commitlog").iterdir())) >= 3
+    for case in ("missing", "short"):
+        copy = tmp_path / case
+        shutil.copytree(matrix_store, copy)
+        middle = copy / "commitlog" / f"{seg:020d}"
+        if case == "missing":
+            middle.unlink()
+            want = ("error", str(middle), seg)
+        else:
+            os.truncate(middle, seg // 2)
+            want = ("error", str(middle), None)
+        for size in SPLIT_SIZES:
+            got = outcome(copy, size)
+            assert got[:2] == want[:2] and (want[2] is None or got[2] == want[2]), (case, size, got)
+        lenient = {outcome(copy, size, skip=True) for size in SPLIT_SIZES}
+        assert len(lenient) == 1, case
+        rows, left_out = lenient.pop()[1:]
+        kept = {o for o, _ in rows}
+        lost = [r["commitlog_offset"] for r in matrix_rows if r["commitlog_offset"] not in kept]
+        assert lost and all(seg <= o < 2 * seg for o in lost), case
+        assert all(any(d <= o < d + n for _, d, n in left_out) for o in lost), (case, left_out)
+        assert max(d + n for _, d, n in left_out) == 2 * seg, (case, left_out)  # up to the next segment
+        with pytest.raises(rmq.CorruptionError, match="missing" if case == "missing" else "truncated"):
+            rs.plan(copy, 1 << 20)
+
+
 def test_a_record_whose_fields_do_not_add_up_is_reported_by_its_reader(matrix_store: Path, tmp_path: Path) -> None:
     """Header in the chain, body length wrong: the task reading it fails naming it, or skips exactly it."""
     copy = tmp_path / "bodylen"

@@ -258,14 +258,32 @@ impl Cuts {
     }
 }
 
-/// The commitlog segments (files named by the 20-digit offset of their first byte) of `dir`, in offset order.
+/// A segment file and the commitlog offset of its first byte.
+type Segment = (PathBuf, i64);
+
+/// Commitlog offsets between two listed segments that no file holds: the end of a truncated file, or segment
+/// files that are missing.
+struct Gap {
+    /// Index (in the segment list) of the segment before the gap.
+    after: usize,
+    /// The file that should hold `offset`: the truncated segment, or the first missing one.
+    path: PathBuf,
+    offset: i64,
+    length: u64,
+    reason: String,
+}
+
+/// The commitlog segments (files named by the 20-digit offset of their first byte) of `dir`, in offset order,
+/// and the gaps between them (offsets no file holds).
 ///
 /// A broker may be writing the directory meanwhile, and a listing is not a snapshot: a segment created during
 /// `readdir` may be missed while a newer one is listed (ext4 lists in hash order), and a listed file may be gone
 /// before its length is read (retention at the front, a writer removing its segment made ahead at its close).
 /// So a segment missing between two listed ones is looked up by name (the earlier segment's length is the
 /// step), and a listed file that has gone is left out (as in [`crate::file_queue::FileQueue::load`]'s views).
-fn segments(dir: &Path) -> Result<Vec<(PathBuf, i64)>> {
+/// A gap that remains is damage unless the segment before it has gone too (retention removes the oldest
+/// segments first, so then everything before the gap was removed after the listing).
+fn segments(dir: &Path) -> Result<(Vec<Segment>, Vec<Gap>)> {
     let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     let mut listed = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
@@ -283,6 +301,7 @@ fn segments(dir: &Path) -> Result<Vec<(PathBuf, i64)>> {
     #[cfg(test)]
     tests::LISTED.with(|hook| hook.borrow_mut().as_mut().map(|f| f(&mut listed)));
     let mut out = Vec::with_capacity(listed.len());
+    let mut lens = Vec::with_capacity(listed.len());
     let mut i = 0;
     while let Some((path, base)) = listed.get(i).cloned() {
         i += 1;
@@ -292,6 +311,7 @@ fn segments(dir: &Path) -> Result<Vec<(PathBuf, i64)>> {
             Err(e) => return Err(Error::io(&path, e)),
         };
         out.push((path, base));
+        lens.push(len);
         if let Some(&(_, next)) = listed.get(i) {
             let (Ok(start), Ok(next)) = (u64::try_from(base), u64::try_from(next)) else { continue };
             if let Some((expected, path)) = crate::file_queue::missing_segment(dir, start, len, next) {
@@ -299,7 +319,62 @@ fn segments(dir: &Path) -> Result<Vec<(PathBuf, i64)>> {
             }
         }
     }
-    Ok(out)
+    // The segments' size: the length most of them have (the largest of the most common).
+    let mut counted = lens.clone();
+    counted.sort_unstable();
+    let size = counted.chunk_by(|a, b| a == b).max_by_key(|run| (run.len(), run[0])).map_or(0, |run| run[0]);
+    let mut gaps = Vec::new();
+    let mut first = 0;
+    for i in 0..out.len().saturating_sub(1) {
+        let (base, len, next) = (out[i].1 as u64, lens[i], out[i + 1].1 as u64);
+        let end = base.saturating_add(len);
+        if end >= next {
+            continue; // contiguous, or overlapping (an extended file: its walk reports it)
+        }
+        if !out[i].0.exists() {
+            first = i + 1; // removed by retention since the listing, with everything before it
+            gaps.clear();
+            continue;
+        }
+        let name = |p: &Path| p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let mut missing_from = end;
+        if len < size {
+            let to = base.saturating_add(size).min(next);
+            gaps.push(Gap {
+                after: i,
+                path: out[i].0.clone(),
+                offset: end as i64,
+                length: to - end,
+                reason: format!(
+                    "the file is {len} bytes where the other files of this directory are {size}: it was truncated, \
+                     and commitlog offsets [{end}, {to}) are in no file"
+                ),
+            });
+            missing_from = to;
+        }
+        if missing_from < next {
+            let path = dir.join(crate::file_queue::file_name(missing_from));
+            let files = if size > 0 && next - missing_from > size { "segment files from" } else { "segment file" };
+            gaps.push(Gap {
+                after: i,
+                reason: format!(
+                    "{files} {} missing: commitlog offsets [{missing_from}, {next}) between {} and {} are in no \
+                     file",
+                    name(&path),
+                    name(&out[i].0),
+                    name(&out[i + 1].0),
+                ),
+                path,
+                offset: missing_from as i64,
+                length: next - missing_from,
+            });
+        }
+    }
+    out.drain(..first);
+    for g in &mut gaps {
+        g.after -= first;
+    }
+    Ok((out, gaps))
 }
 
 /// Plans the splits of the commitlog directory `dir`: each segment's record chain walked once, cut at the
@@ -309,7 +384,7 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
     if split_size == 0 {
         return Err(Error::InvalidConfig("the split size must be at least 1 byte".into()));
     }
-    let segs = segments(dir)?;
+    let (segs, gaps) = segments(dir)?;
     // The newest segment that starts with a whole record holds the end of the data; newer ones (a crash leaves
     // the pre-allocated next segment all-zero) must hold no record.
     let mut last = None;
@@ -322,6 +397,8 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
     }
     let around = tail::Around::of(dir)?;
     let mut plans = Vec::with_capacity(segs.len());
+    // Plans of missing segment files (no splits, only the gap as damage), merged in by offset at the end.
+    let mut missing = Vec::new();
     // The first position after the newest segment's chain that is neither a record nor a blank (segment, file
     // position, why): what lies from there on is classified as opening classifies it.
     let mut end_at: Option<(usize, u64, String)> = None;
@@ -383,6 +460,25 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
         }
         let end = plan.data_end;
         Cuts::close(&mut plan, end);
+        // Offsets no file holds between this segment and the next, which holds records: never skipped silently.
+        for g in gaps.iter().filter(|g| g.after == i && last.is_some_and(|l| i < l)) {
+            if !skip_damage {
+                return Err(Error::Corruption { path: g.path.clone(), offset: g.offset, reason: g.reason.clone() });
+            }
+            let skipped = Skipped { offset: g.offset, length: g.length, reason: g.reason.clone() };
+            if g.path == plan.path {
+                plan.damage.push(skipped);
+            } else {
+                missing.push(SegmentPlan {
+                    path: g.path.clone(),
+                    base: g.offset,
+                    starts: Vec::new(),
+                    ends: Vec::new(),
+                    data_end: 0,
+                    damage: vec![skipped],
+                });
+            }
+        }
         plans.push(plan);
     }
     while let Some((i, at, reason)) = end_at.take() {
@@ -428,6 +524,10 @@ pub fn plan_commitlog(dir: &Path, split_size: u64, skip_damage: bool) -> Result<
                 plan.damage.push(Skipped { offset: plan.base, length, reason });
             }
         }
+    }
+    if !missing.is_empty() {
+        plans.extend(missing);
+        plans.sort_by_key(|p| p.base);
     }
     Ok(plans)
 }
