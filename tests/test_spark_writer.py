@@ -257,3 +257,88 @@ def test_a_task_waits_out_an_index_file_being_allocated(tmp_path: Path) -> None:
         assert (store.config.max_hash_slot_num, store.config.max_index_num) == (5_000_000, 20_000_000)
     finally:
         store.close()
+
+
+# -- the writer's task without Spark: what one Arrow batch stores (`write_partition`) ------------------------
+
+
+def write_batch(dst: Path, batch: pa.RecordBatch, **options: str) -> None:
+    from rmq import spark_writer
+
+    spark_writer.write_partition(spark_writer.WriteOptions.parse({"path": str(dst), **options}), iter([batch]))
+
+
+def good_then_bad(column: str, bad: Any, typ: pa.DataType | None = None) -> pa.RecordBatch:
+    """Two good rows and a bad one (row 2) of one topic and queue, `column` holding `bad` in the last."""
+    cols: dict[str, Any] = {"topic": ["T", "T", "T"], "body": [b"good-0", b"good-1", b"bad"], "queue_id": [0, 0, 0]}
+    good = {"topic": "T", "tags": "TagA", "properties": [("k", "v")]}[column]
+    cols[column] = [good, good, bad]
+    types = {"topic": pa.string(), "body": pa.binary(), "queue_id": pa.int32(), "tags": pa.string()}
+    types["properties"] = pa.map_(pa.string(), pa.string())
+    return pa.record_batch([pa.array(v, typ or types[k]) for k, v in cols.items()], names=list(cols))
+
+
+@pytest.mark.parametrize(
+    ("column", "bad", "error"),
+    [
+        ("topic", "bad topic", "InvalidTopicError"),
+        ("topic", "", "InvalidTopicError"),
+        ("topic", "t" * 200, "InvalidTopicError"),
+        ("topic", "SCHEDULE_TOPIC_XXXX", "InvalidTopicError"),
+        ("properties", [("big", "v" * 40000)], "PropertiesTooLargeError"),
+        ("properties", [("", "v")], "InvalidPropertyError"),
+        ("properties", [("k", "a\x01b")], "InvalidPropertyError"),
+        ("properties", [("k\x02", "v")], "InvalidPropertyError"),
+        ("tags", "a\x01b", "InvalidPropertyError"),
+        ("tags", "", "InvalidPropertyError"),
+    ],
+)
+def test_a_bad_row_writes_nothing_of_its_batch_and_is_named(tmp_path: Path, column: str, bad: Any, error: str) -> None:
+    """Every row is checked as `put_batch` checks it (topic, tags, keys, properties, sizes) before any is put."""
+    dst = new_store(tmp_path / "dst")
+    with pytest.raises(rmq.RmqError) as e:
+        write_batch(dst, good_then_bad(column, bad))
+    assert type(e.value).__name__ == error and str(e.value).startswith("row 2: "), repr(e.value)
+    assert scan(dst) == []
+
+
+def test_each_queue_keeps_row_order_whatever_the_born_times(tmp_path: Path) -> None:
+    dst = new_store(tmp_path / "dst")
+    born = [2000, 1000, 1500, 1000, 3000]
+    batch = pa.record_batch(
+        [pa.array(["A"] * 5), pa.array([b"row%d" % i for i in range(5)]), pa.array([0] * 5, pa.int32()),
+         pa.array(born, pa.int64())],
+        names=["topic", "body", "queue_id", "born_timestamp"],
+    )  # fmt: skip
+    write_batch(dst, batch)
+    got = sorted(scan(dst), key=lambda m: m.queue_offset)
+    assert [(m.body, m.born_timestamp) for m in got] == [(b"row%d" % i, b) for i, b in enumerate(born)]
+
+
+def test_batches_are_cut_to_what_put_batch_takes(tmp_path: Path) -> None:
+    """Rows of one queue whose bodies add up to more than max_message_size go in several puts, not one that fails."""
+    dst = tmp_path / "dst"
+    config = rmq.StoreConfig(
+        mapped_file_size_commit_log=16 << 20, mapped_file_size_consume_queue=3200, max_hash_slot_num=64,
+        max_index_num=128,
+    )  # fmt: skip
+    rmq.MessageStore(dst, config, start_services=False).close()
+    body = b"x" * (1 << 20)
+    queue = pa.array([0] * 9, pa.int32())
+    write_batch(dst, pa.record_batch([pa.array(["A"] * 9), pa.array([body] * 9), queue], ["topic", "body", "queue_id"]))
+    assert [len(m.body) for m in scan(dst)] == [1 << 20] * 9
+
+
+def test_a_null_key_in_a_keys_list_is_refused_naming_the_row(tmp_path: Path) -> None:
+    dst = new_store(tmp_path / "dst")
+    keys = pa.array([["order-0"], ["order-1", None]], pa.list_(pa.string()))
+    batch = pa.record_batch([pa.array(["A", "A"]), pa.array([b"0", b"1"]), keys], names=["topic", "body", "keys"])
+    with pytest.raises(rmq.InvalidMessageError, match="^row 1: keys holds a null"):
+        write_batch(dst, batch)
+    assert scan(dst) == []
+    # A null or empty list is a row without keys.
+    keys = pa.array([None, [], ["k"]], pa.list_(pa.string()))
+    write_batch(
+        dst, pa.record_batch([pa.array(["A"] * 3), pa.array([b"a", b"b", b"c"]), keys], ["topic", "body", "keys"])
+    )
+    assert [m.keys for m in sorted(scan(dst), key=lambda m: m.commitlog_offset)] == [[], [], ["k"]]

@@ -307,6 +307,20 @@ class MessageStore:
         reconsume_times: int = 0,
         wait_store_msg_ok: bool = True,
     ) -> PutResult: ...
+    def check_batch(
+        self,
+        topic: str,
+        messages: Iterable[bytes | Message],
+        *,
+        queue_id: int = 0,
+        tags: str | Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
+        sys_flag: int = 0,
+        born_host: str = "127.0.0.1:0",
+        born_timestamp: int | None = None,
+        reconsume_times: int = 0,
+        wait_store_msg_ok: bool = True,
+    ) -> None: ...
     def read(self, offset: int) -> MessageExt | None: ...
     def read_raw(self, offset: int) -> RecordView | None: ...
     def scan(self, from_offset: int = 0) -> Scanner: ...

@@ -7,7 +7,8 @@ written back as it is; a column neither writable nor the source's is refused, to
 
 - `topic` string and `body` binary (or string, stored as UTF-8): required, never null.
 - `queue_id` int: the queue; null or absent chooses one (below).
-- `tags` string; `keys` string (space-separated, as RocketMQ's KEYS property) or array<string>.
+- `tags` string; `keys` string (space-separated, as RocketMQ's KEYS property) or array<string> (a null or empty
+  array is no keys; a null element is refused).
 - `properties` map<string,string>: user properties, and RocketMQ's own (UNIQ_KEY, WAIT, DELAY, ...), stored as
   given; TAGS / KEYS there must agree with the `tags` / `keys` columns when both are given.
 - `born_timestamp` timestamp or long (ms since the epoch): null or absent is the time of the write.
@@ -31,13 +32,16 @@ StoreLockedError (as it does while a broker holds the store).
 
 Order: within a task, the messages of one queue get queue offsets in the order of their rows; rows of different
 queues may be interleaved differently in the commitlog (each Arrow batch is put queue by queue, `put_batch`
-per run of up to 256 messages of one topic, queue and born timestamp). Between tasks there is no order.
+per run of consecutive rows of one topic, queue and born timestamp, up to 256 messages and `max_message_size`
+bytes). Between tasks there is no order.
 
 Failures: every row of an Arrow batch (up to `spark.sql.execution.arrow.maxRecordsPerBatch` rows, 10,000 by
-default) is checked before any of it is written; a bad row (null topic or body, queue id outside the topic's
-queues, body over the store's `max_message_size`, TAGS or KEYS in `properties` disagreeing with the columns)
-fails the task with a typed rmq error (InvalidMessageError, InvalidArgumentError, MessageTooLargeError,
-InvalidPropertyError) naming the row, and nothing of that batch is written. A missing column, a column of the
+default) is checked before any of it is written, every put by the checks `put_batch` makes
+(`MessageStore.check_batch`); a bad row (null topic or body, a null key in a keys list, queue id outside the
+topic's queues, body over the store's `max_message_size`, TAGS or KEYS in `properties` disagreeing with the
+columns, a bad topic, tag or property) fails the task with a typed rmq error (InvalidMessageError,
+InvalidArgumentError, MessageTooLargeError, InvalidPropertyError, InvalidTopicError, PropertiesTooLargeError)
+naming the row, and nothing of that batch is written. A missing column, a column of the
 wrong type or an unknown one fails the job before any task runs (InvalidConfigError, ArgumentTypeError).
 Messages put before are durable and stay: a store is an append-only log with no rollback, so a failed job
 leaves what its tasks had written, and a retried task writes its partition again. The guarantee is at least
@@ -234,13 +238,24 @@ def _keys_text(keys: pa.Array | None, n: int) -> pa.Array:
     if keys is None:
         return pa.nulls(n, pa.string())
     if pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type):
-        keys = pc.binary_join(keys, " ")
+        keys = pc.binary_join(keys, " ")  # a row whose list holds a null is refused before (`_null_key_row`)
     blank = pc.equal(pc.utf8_trim_whitespace(keys), "")
     return pc.if_else(pc.fill_null(blank, True), pa.scalar(None, pa.string()), keys)
 
 
-#: One `put_batch`: topic, queue, born time (ms or None) and the messages.
-_Put = tuple[str, int, int | None, list[Any]]
+def _null_key_row(keys: pa.Array | None) -> int | None:
+    """The first row whose `keys` list holds a null element (a null list is a row without keys)."""
+    if keys is None or not (pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type)):
+        return None
+    values = pc.list_flatten(keys)
+    if not values.null_count:
+        return None
+    parents = pc.list_parent_indices(keys)
+    return int(parents[_first(values.is_null()) or 0].as_py())
+
+
+#: One `put_batch`: topic, queue, born time (ms or None), the messages and their rows (indices in the batch).
+_Put = tuple[str, int, int | None, list[Any], list[int]]
 
 
 class _Task:
@@ -289,6 +304,11 @@ class _Task:
                 f"row {row0 + bad}: body of {len(body[bad].as_py())} bytes is over the store's max_message_size "
                 f"({limit})"
             )
+        bad = _null_key_row(_col(batch, "keys"))
+        if bad is not None:
+            raise rmq.InvalidMessageError(
+                f"row {row0 + bad}: keys holds a null element (a row without keys has a null or empty keys list)"
+            )
         # Queues: given, else by the hash of the KEYS text, else round robin per topic.
         topics_enc = topic.dictionary_encode()
         names: list[str] = topics_enc.dictionary.to_pylist()
@@ -324,24 +344,83 @@ class _Task:
                     self.round_robin[t] = int((start + len(rows)) % counts[rows[0]])
         born_col = _col(batch, "born_timestamp")
         born: list[int | None] = [None] * n
-        born_key = np.zeros(n, dtype=np.int64)
         if born_col is not None:
             if pa.types.is_timestamp(born_col.type):
                 born_col = born_col.cast(pa.timestamp("ms", tz=born_col.type.tz), safe=False).cast(pa.int64())
             born = born_col.to_pylist()
-            born_key = pc.fill_null(born_col, -(1 << 62)).to_numpy(zero_copy_only=False).astype(np.int64)
         messages = self._messages(batch, body, keys, row0)
-        # Stable order by (topic, queue, born time): each queue's rows stay in row order.
-        order = np.lexsort((born_key, qid, topic_idx))
+        # Grouped by topic and queue, each queue's rows in row order (the queue offsets follow it); a run of rows
+        # with one born time and at most BATCH messages and about max_message_size bytes is one put_batch.
+        order = np.lexsort((np.arange(n), qid, topic_idx))
+        sizes = self._sizes(batch, body, keys)
         puts: list[_Put] = []
+        budget = 0
         for i in order.tolist():
             t, q, b = names[topic_idx[i]], int(qid[i]), born[i]
             last = puts[-1] if puts else None
-            if last is not None and last[0] == t and last[1] == q and last[2] == b and len(last[3]) < BATCH:
+            fits = last is not None and len(last[3]) < BATCH and budget + sizes[i] <= limit
+            if fits and last is not None and last[0] == t and last[1] == q and last[2] == b:
                 last[3].append(messages[i])
+                last[4].append(i)
+                budget += sizes[i]
             else:
-                puts.append((t, q, b, [messages[i]]))
+                puts.append((t, q, b, [messages[i]], [i]))
+                budget = sizes[i]
+        self._check(puts, row0)
         return puts
+
+    @staticmethod
+    def _sizes(batch: pa.RecordBatch, body: pa.Array, keys: pa.Array) -> list[int]:
+        """Each row's bytes in a batch body (`put_batch` refuses a batch over `max_message_size`), from above:
+        its body, tags, keys and properties, plus what the store adds (UNIQ_KEY, WAIT, separators)."""
+        import numpy as np
+
+        def lengths(col: pa.Array | None) -> Any:
+            if col is None:
+                return 0
+            return pc.fill_null(pc.binary_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+        total = lengths(body) + lengths(_col(batch, "tags")) + lengths(keys) + 256
+        props = _col(batch, "properties")
+        if props is not None:
+            if pa.types.is_map(props.type):
+                props = props.cast(pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())])))
+            flat = pc.list_flatten(props)
+            each = (
+                pc.fill_null(pc.binary_length(flat.field(0)), 0).to_numpy(zero_copy_only=False)
+                + pc.fill_null(pc.binary_length(flat.field(1)), 0).to_numpy(zero_copy_only=False)
+                + 2
+            ).astype(np.int64)
+            if len(each):
+                total = total + np.bincount(
+                    pc.list_parent_indices(props).to_numpy(zero_copy_only=False), weights=each, minlength=len(props)
+                ).astype(np.int64)
+        return [int(x) for x in np.broadcast_to(total, (batch.num_rows,))]
+
+    def _check(self, puts: list[_Put], row0: int) -> None:
+        """Every put of a batch checked as `put_batch` checks it, before any is written: raises the first bad
+        row's error, naming the row, so that nothing of the batch is written."""
+        import rmq
+
+        first: tuple[int, Exception] | None = None
+        for topic, qid, born, messages, rows in puts:
+            if first is not None and min(rows) > first[0]:
+                continue
+            try:
+                self.store.check_batch(topic, messages, queue_id=qid, born_timestamp=born)
+                continue
+            except rmq.RmqError as e:
+                bad: tuple[int, Exception] = (min(rows), type(e)(f"rows {row0 + min(rows)} to {row0 + max(rows)}: {e}"))
+            for m, i in zip(messages, rows, strict=True):  # the put's rows are in row order: find the first bad one
+                try:
+                    self.store.check_batch(topic, [m], queue_id=qid, born_timestamp=born)
+                except rmq.RmqError as one:
+                    bad = (i, type(one)(f"row {row0 + i}: {one}"))
+                    break
+            if first is None or bad[0] < first[0]:
+                first = bad
+        if first is not None:
+            raise first[1]
 
     @staticmethod
     def _messages(batch: pa.RecordBatch, body: pa.Array, keys: pa.Array, row0: int) -> list[Any]:
@@ -387,7 +466,7 @@ class _Task:
             raise
 
     def put(self, puts: list[_Put]) -> None:
-        for topic, qid, born, messages in puts:
+        for topic, qid, born, messages, _rows in puts:
             result = self.store.put_batch(topic, messages, queue_id=qid, born_timestamp=born)
             offset = result.wrote_offset
             self.first = offset if self.first < 0 else min(self.first, offset)

@@ -164,6 +164,105 @@ pub struct MessageStore {
 }
 
 impl MessageStore {
+    #[allow(clippy::too_many_arguments)]
+    fn batch_call(
+        &self,
+        py: Python<'_>,
+        check_only: bool,
+        topic: PyBackedStr,
+        messages: &Bound<'_, PyAny>,
+        queue_id: i32,
+        tags: Option<args::BatchTags>,
+        keys: Option<Vec<Option<args::KeysText>>>,
+        sys_flag: i32,
+        born_host: SocketAddr,
+        born_timestamp: Option<i64>,
+        reconsume_times: i32,
+        wait_store_msg_ok: bool,
+    ) -> PyResult<Option<PutResult>> {
+        self.check_queue_limit(&topic, queue_id)?;
+        enum Item {
+            Body(PyBackedBytes),
+            Full(Py<Message>),
+        }
+        let mut items = Vec::new();
+        let iter = messages.try_iter().map_err(|_| {
+            args::argument_type_error_for("messages must be an iterable of bytes or rmq.Message", messages)
+        })?;
+        let per_message = tags.is_some() || keys.is_some();
+        for m in iter {
+            let m = m?;
+            if let Ok(b) = m.cast::<PyBytes>() {
+                items.push(Item::Body(PyBackedBytes::from(b.clone())));
+            } else if let Ok(full) = m.cast::<Message>() {
+                if per_message {
+                    return Err(super::errors::invalid_argument(format!(
+                        "messages[{}] is an rmq.Message, which carries its own tags and keys: put_batch's tags= \
+                         and keys= go with bodies (bytes)",
+                        items.len()
+                    )));
+                }
+                items.push(Item::Full(full.clone().unbind()));
+            } else if let Ok(b) = m.extract::<PyBackedBytes>() {
+                items.push(Item::Body(b));
+            } else {
+                return Err(args::argument_type_error_for("put_batch takes bytes or rmq.Message items", &m));
+            }
+        }
+        let n = items.len();
+        let tags_len = match &tags {
+            Some(args::BatchTags::Each(v)) => Some(v.len()),
+            _ => None,
+        };
+        for (name, len) in [("tags", tags_len), ("keys", keys.as_ref().map(Vec::len))] {
+            if let Some(len) = len.filter(|&len| len != n) {
+                return Err(super::errors::invalid_argument(format!(
+                    "{name} has {len} entries for {n} messages (one per message)"
+                )));
+            }
+        }
+        let inner = &self.inner;
+        let result = py.detach(|| {
+            let full_props: Vec<Vec<(&str, &str)>> = items
+                .iter()
+                .map(|it| match it {
+                    Item::Full(m) => m.get().properties.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+                    Item::Body(_) => Vec::new(),
+                })
+                .collect();
+            let batch: Vec<BatchItem<'_>> = items
+                .iter()
+                .zip(&full_props)
+                .enumerate()
+                .map(|(i, (it, props))| match it {
+                    Item::Body(b) => BatchItem {
+                        body: b,
+                        tags: tags.as_ref().and_then(|t| t.of(i)),
+                        keys: keys.as_ref().and_then(|k| k[i].as_deref()),
+                        ..BatchItem::default()
+                    },
+                    Item::Full(m) => {
+                        let m = m.get();
+                        BatchItem {
+                            body: &m.body,
+                            tags: m.tags.as_deref(),
+                            keys: m.keys.as_deref(),
+                            properties: props,
+                            flag: m.flag,
+                        }
+                    }
+                })
+                .collect();
+            let (f, h, b, r, w) = (sys_flag, born_host, born_timestamp, reconsume_times, wait_store_msg_ok);
+            if check_only {
+                inner.check_batch(&topic, queue_id, &batch, f, h, b, r, w).map(|()| None)
+            } else {
+                inner.put_batch(&topic, queue_id, &batch, f, h, b, r, w).map(Some)
+            }
+        });
+        Ok(result.map_err(to_py)?.map(|inner| PutResult { inner }))
+    }
+
     fn check_queue_limit(&self, topic: &str, queue_id: i32) -> PyResult<()> {
         let limits = self.queue_limits.read().unwrap_or_else(PoisonError::into_inner);
         match limits.get(topic) {
@@ -290,91 +389,61 @@ impl MessageStore {
         #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
         #[pyo3(from_py_with = args::boolean)] wait_store_msg_ok: bool,
     ) -> PyResult<PutResult> {
-        self.check_queue_limit(&topic, queue_id)?;
-        enum Item {
-            Body(PyBackedBytes),
-            Full(Py<Message>),
-        }
-        let mut items = Vec::new();
-        let iter = messages.try_iter().map_err(|_| {
-            args::argument_type_error_for("messages must be an iterable of bytes or rmq.Message", messages)
-        })?;
-        let per_message = tags.is_some() || keys.is_some();
-        for m in iter {
-            let m = m?;
-            if let Ok(b) = m.cast::<PyBytes>() {
-                items.push(Item::Body(PyBackedBytes::from(b.clone())));
-            } else if let Ok(full) = m.cast::<Message>() {
-                if per_message {
-                    return Err(super::errors::invalid_argument(format!(
-                        "messages[{}] is an rmq.Message, which carries its own tags and keys: put_batch's tags= \
-                         and keys= go with bodies (bytes)",
-                        items.len()
-                    )));
-                }
-                items.push(Item::Full(full.clone().unbind()));
-            } else if let Ok(b) = m.extract::<PyBackedBytes>() {
-                items.push(Item::Body(b));
-            } else {
-                return Err(args::argument_type_error_for("put_batch takes bytes or rmq.Message items", &m));
-            }
-        }
-        let n = items.len();
-        let tags_len = match &tags {
-            Some(args::BatchTags::Each(v)) => Some(v.len()),
-            _ => None,
-        };
-        for (name, len) in [("tags", tags_len), ("keys", keys.as_ref().map(Vec::len))] {
-            if let Some(len) = len.filter(|&len| len != n) {
-                return Err(super::errors::invalid_argument(format!(
-                    "{name} has {len} entries for {n} messages (one per message)"
-                )));
-            }
-        }
-        let inner = &self.inner;
-        let result = py.detach(|| {
-            let full_props: Vec<Vec<(&str, &str)>> = items
-                .iter()
-                .map(|it| match it {
-                    Item::Full(m) => m.get().properties.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
-                    Item::Body(_) => Vec::new(),
-                })
-                .collect();
-            let batch: Vec<BatchItem<'_>> = items
-                .iter()
-                .zip(&full_props)
-                .enumerate()
-                .map(|(i, (it, props))| match it {
-                    Item::Body(b) => BatchItem {
-                        body: b,
-                        tags: tags.as_ref().and_then(|t| t.of(i)),
-                        keys: keys.as_ref().and_then(|k| k[i].as_deref()),
-                        ..BatchItem::default()
-                    },
-                    Item::Full(m) => {
-                        let m = m.get();
-                        BatchItem {
-                            body: &m.body,
-                            tags: m.tags.as_deref(),
-                            keys: m.keys.as_deref(),
-                            properties: props,
-                            flag: m.flag,
-                        }
-                    }
-                })
-                .collect();
-            inner.put_batch(
-                &topic,
-                queue_id,
-                &batch,
-                sys_flag,
-                born_host,
-                born_timestamp,
-                reconsume_times,
-                wait_store_msg_ok,
-            )
-        });
-        result.map(|inner| PutResult { inner }).map_err(to_py)
+        let put = self.batch_call(
+            py,
+            false,
+            topic,
+            messages,
+            queue_id,
+            tags,
+            keys,
+            sys_flag,
+            born_host,
+            born_timestamp,
+            reconsume_times,
+            wait_store_msg_ok,
+        )?;
+        put.ok_or_else(|| super::errors::invalid_argument("put_batch wrote nothing".to_owned()))
+    }
+
+    /// The checks `put_batch` makes before it writes, with the same arguments, writing nothing: raises what
+    /// `put_batch` would raise for a bad topic, message, tag, key or property, or a batch too large. A caller
+    /// that splits its messages over several `put_batch` calls checks them all first, so that a bad message
+    /// writes none of them. (The store's state, such as closed, read-only or a full disk, is `put_batch`'s.)
+    #[pyo3(signature = (topic, messages, *, queue_id=0, tags=None, keys=None, sys_flag=0, born_host=DEFAULT_BORN_HOST,
+        born_timestamp=None, reconsume_times=0, wait_store_msg_ok=true),
+        text_signature = "(self, /, topic, messages, *, queue_id=0, tags=None, keys=None, sys_flag=0, \
+                          born_host='127.0.0.1:0', born_timestamp=None, reconsume_times=0, wait_store_msg_ok=True)")]
+    #[allow(clippy::too_many_arguments)]
+    fn check_batch(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
+        messages: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::java_int)] queue_id: i32,
+        #[pyo3(from_py_with = args::batch_tags)] tags: Option<args::BatchTags>,
+        #[pyo3(from_py_with = args::batch_keys)] keys: Option<Vec<Option<args::KeysText>>>,
+        #[pyo3(from_py_with = args::java_int)] sys_flag: i32,
+        #[pyo3(from_py_with = host)] born_host: SocketAddr,
+        #[pyo3(from_py_with = args::opt_java_long)] born_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
+        #[pyo3(from_py_with = args::boolean)] wait_store_msg_ok: bool,
+    ) -> PyResult<()> {
+        self.batch_call(
+            py,
+            true,
+            topic,
+            messages,
+            queue_id,
+            tags,
+            keys,
+            sys_flag,
+            born_host,
+            born_timestamp,
+            reconsume_times,
+            wait_store_msg_ok,
+        )?;
+        Ok(())
     }
 
     /// The message stored at commitlog `offset`, or None past the end (or on an end-of-file blank).

@@ -22,6 +22,13 @@ pub(crate) type Entries<'a> = SmallVec<[(&'a str, &'a str); 16]>;
 /// Per-record results of a put; a single put's live inline.
 pub type PerRecord<T> = SmallVec<[T; 1]>;
 
+/// A batch's records, encoded one after the other in `buf`, with their UNIQ_KEYs.
+struct EncodedBatch {
+    buf: Vec<u8>,
+    records: Vec<EncodedRecord>,
+    uniq_keys: PerRecord<UniqKey>,
+}
+
 thread_local! {
     /// Encoding buffers a thread reuses from put to put (taken out while in use, so a nested put on the same
     /// thread just makes its own).
@@ -479,7 +486,8 @@ impl MessageStore {
     }
 
     /// Stores a batch (RocketMQ's traditional batch): one record per item, consecutive queue offsets, one
-    /// store timestamp, all in one segment. Batch members cannot be transactional or delayed.
+    /// store timestamp, all in one segment. Batch members cannot be transactional or delayed. Every item is
+    /// checked and encoded before anything is written: a bad one writes nothing of the batch.
     #[allow(clippy::too_many_arguments)]
     pub fn put_batch(
         &self,
@@ -494,6 +502,61 @@ impl MessageStore {
     ) -> Result<PutResult> {
         self.check_writable()?;
         self.check_disk_space()?;
+        let EncodedBatch { mut buf, records, uniq_keys } = self.encode_batch(
+            topic,
+            queue_id,
+            items,
+            sys_flag,
+            born_host,
+            born_timestamp,
+            reconsume_times,
+            wait_store_msg_ok,
+        )?;
+        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
+    }
+
+    /// The checks [`MessageStore::put_batch`] makes before it writes (topic, fields, every item's tags, keys and
+    /// properties, sizes, the encoding of each record), writing nothing: `Ok` when that batch would be
+    /// accepted by them. A caller that splits its messages over several batches checks them all first, so that
+    /// a bad message writes none of them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_batch(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        items: &[BatchItem<'_>],
+        sys_flag: i32,
+        born_host: SocketAddr,
+        born_timestamp: Option<i64>,
+        reconsume_times: i32,
+        wait_store_msg_ok: bool,
+    ) -> Result<()> {
+        self.encode_batch(
+            topic,
+            queue_id,
+            items,
+            sys_flag,
+            born_host,
+            born_timestamp,
+            reconsume_times,
+            wait_store_msg_ok,
+        )
+        .map(drop)
+    }
+
+    /// A batch checked and encoded, not yet appended.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_batch(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        items: &[BatchItem<'_>],
+        sys_flag: i32,
+        born_host: SocketAddr,
+        born_timestamp: Option<i64>,
+        reconsume_times: i32,
+        wait_store_msg_ok: bool,
+    ) -> Result<EncodedBatch> {
         validate::check_topic(topic)?;
         validate::check_message_fields(sys_flag, queue_id, reconsume_times, 0)?;
         if items.is_empty() {
@@ -553,7 +616,7 @@ impl MessageStore {
             records.push(encode_record(&input, &opts, &mut buf)?);
             uniq_keys.push(uniq.unwrap_or_else(|| given_uniq_key(item.properties)));
         }
-        self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
+        Ok(EncodedBatch { buf, records, uniq_keys })
     }
 
     /// Encodes one record and appends it (the single-message puts).
