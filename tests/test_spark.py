@@ -715,6 +715,29 @@ def test_damage_through_spark_fails_or_is_left_out_and_recorded(
     assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before
 
 
+def test_a_store_without_records_reads_as_no_rows(spark: SparkSession, tmp_path: Path) -> None:
+    """No segment, only an all-zero segment, only blank fillers: no split is planned, and Spark then hands the
+    reader its stand-in partition; the read gives no rows, as `rmq scan` does, and writes nothing."""
+    from test_interop import CONFIG
+
+    stores = {"fresh": tmp_path / "fresh", "bare": tmp_path / "bare", "zeros": tmp_path / "zeros"}
+    rmq.MessageStore(stores["fresh"], CONFIG, start_services=False).close()
+    for name in ("bare", "zeros", "blanks"):
+        stores[name] = tmp_path / name
+        (stores[name] / "commitlog").mkdir(parents=True)
+    (stores["zeros"] / "commitlog" / f"{0:020d}").write_bytes(bytes(65536))
+    blank = struct.pack(">iI", 65536, 0xCBD43194) + bytes(65536 - 8)
+    for base in (0, 65536):
+        (stores["blanks"] / "commitlog" / f"{base:020d}").write_bytes(blank)
+    for name, store in stores.items():
+        before = sorted((str(p), p.stat().st_size) for p in store.rglob("*"))
+        assert scan_rows(store) == [], name
+        for options in ({}, {"mode": "PERMISSIVE", "splitSize": "4096"}):
+            df = rs.read(spark, store, **options)
+            assert df.count() == 0 and df.collect() == [], (name, options)
+        assert sorted((str(p), p.stat().st_size) for p in store.rglob("*")) == before, name
+
+
 def test_session_never_overrides_the_launchers_master(monkeypatch: pytest.MonkeyPatch) -> None:
     """The master `session()` sets: the argument; else none when spark-submit (a gateway JVM, or --master in
     PYSPARK_SUBMIT_ARGS) or a running context decided it; else $SPARK_MASTER; else local[*]."""

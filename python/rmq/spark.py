@@ -258,6 +258,8 @@ class RocketMQReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from rmq import arrow
 
+        if type(partition) is InputPartition and partition.value is None:
+            return  # Spark's stand-in partition when `partitions()` planned none: a store without records
         assert isinstance(partition, Split)
         if self.min_ms is not None and self.max_ms is not None and self.min_ms > self.max_ms:
             return
