@@ -738,6 +738,34 @@ def test_a_store_without_records_reads_as_no_rows(spark: SparkSession, tmp_path:
         assert sorted((str(p), p.stat().st_size) for p in store.rglob("*")) == before, name
 
 
+@pytest.mark.parametrize(
+    ("kind", "options", "refused"),
+    [
+        ("batch", {"topicPattern": ".*", "storeTimestampFrom": "1"}, "storeTimestampFrom"),
+        ("batch", {"startingOffsets": "earliest", "storeTimestampTo": "1"}, "storeTimestampTo"),
+        ("batch", {"topicPattern": ".*", "mode": "bogus"}, "mode"),
+        ("batch", {"topicPattern": ".*", "splitSize": "0"}, "splitSize"),
+        ("batch", {"topicPattern": ".*", "badRecordsPath": "/tmp"}, "badRecordsPath"),
+        ("batch", {"topicPattern": ".*", "maxRecordsPerTrigger": "5"}, "maxRecordsPerTrigger"),
+        ("batch", {"maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
+        ("batch", {"maxBytesPerTrigger": "10"}, "maxBytesPerTrigger"),
+        ("batch", {"failOnDataLoss": "false"}, "failOnDataLoss"),
+        ("batch", {"startingOffsetsByTimestampStrategy": "latest"}, "startingOffsetsByTimestampStrategy"),
+        ("stream", {"splitSize": "4096"}, "splitSize"),
+        ("stream", {"storeTimestampFrom": "1"}, "storeTimestampFrom"),
+        ("stream", {"mode": "PERMISSIVE"}, "mode"),
+    ],
+)
+def test_an_option_the_kind_of_read_does_not_read_is_refused(
+    tmp_path: Path, kind: str, options: dict[str, str], refused: str
+) -> None:
+    """Each kind of read (by commitlog splits, by queue offsets, streaming) refuses the options only another reads,
+    rather than ignoring them (a time filter ignored returned every row)."""
+    source = rs.RocketMQDataSource({"path": str(tmp_path), **options})
+    with pytest.raises(rmq.InvalidConfigError, match=f"option {refused} is not read by"):
+        source.reader(rs.SCHEMA) if kind == "batch" else source.streamReader(rs.SCHEMA)
+
+
 def test_session_never_overrides_the_launchers_master(monkeypatch: pytest.MonkeyPatch) -> None:
     """The master `session()` sets: the argument; else none when spark-submit (a gateway JVM, or --master in
     PYSPARK_SUBMIT_ARGS) or a running context decided it; else $SPARK_MASTER; else local[*]."""

@@ -342,3 +342,12 @@ def test_a_null_key_in_a_keys_list_is_refused_naming_the_row(tmp_path: Path) -> 
         dst, pa.record_batch([pa.array(["A"] * 3), pa.array([b"a", b"b", b"c"]), keys], ["topic", "body", "keys"])
     )
     assert [m.keys for m in sorted(scan(dst), key=lambda m: m.commitlog_offset)] == [[], [], ["k"]]
+
+
+@pytest.mark.parametrize(("option", "nearest"), [("queuez", "queues"), ("lockTimout", "lockTimeout")])
+def test_an_unknown_writer_option_is_refused_with_the_nearest(tmp_path: Path, option: str, nearest: str) -> None:
+    from rmq import spark_writer
+
+    with pytest.raises(rmq.InvalidConfigError, match=f"no option '{option.lower()}'; did you mean {nearest}"):
+        spark_writer.WriteOptions.parse({"path": str(tmp_path), option: "1"})
+    assert spark_writer.WriteOptions.parse({"path": str(tmp_path), "MAPPEDFILESIZECOMMITLOG": "65536"}).settings

@@ -372,6 +372,54 @@ def check_read_options(options: dict[str, str]) -> None:
         raise _native.InvalidConfigError("option topics names no topic")
 
 
+#: The options only some kinds of read take (every other option of `READ_OPTIONS` is read by all): a batch read
+#: by commitlog splits, a batch read by queue offsets, and a streaming read.
+READ_KINDS: dict[str, tuple[str, ...]] = {
+    "splits": (
+        "splitSize", "mode", "badRecordsPath", "ignoreCorruptFiles", "pushdown", "storeTimestampFrom",
+        "storeTimestampTo",
+    ),
+    "queues": (
+        "topicPattern", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+        "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
+        "failOnDataLoss",
+    ),
+    "stream": (
+        "topicPattern", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy", "failOnDataLoss", "maxRecordsPerTrigger", "maxOffsetsPerTrigger",
+        "maxBytesPerTrigger",
+    ),
+}  # fmt: skip
+_KIND_NAMES = {
+    "splits": "a batch read by commitlog splits (one with no start, end or timestamp option and no topicPattern)",
+    "queues": "a batch read by queue offsets",
+    "stream": "a streaming read",
+}
+
+
+def check_kind_options(options: dict[str, str], kind: str) -> None:
+    """Refuses an option that `kind` of read ("splits", "queues" or "stream", see `READ_KINDS`) does not read,
+    saying which reads take it: `InvalidConfigError`. (An option ignored would read other rows than asked for,
+    e.g. `storeTimestampFrom` beside `startingOffsets`.)"""
+    spelt = {o.lower(): o for names in READ_KINDS.values() for o in names}
+    own = {o.lower() for o in READ_KINDS[kind]}
+    for name in options:
+        if name not in spelt or name in own:
+            continue
+        option = spelt[name]
+        takers = [k for k, names in READ_KINDS.items() if option in names]
+        if name in ("storetimestampfrom", "storetimestampto") and kind != "splits":
+            hint = "; by queue offsets, startingTimestamp and endingTimestamp bound the read by store time"
+        elif name.startswith("ending"):
+            hint = "; it is for batch reads only"
+        else:
+            hint = ""
+        raise _native.InvalidConfigError(
+            f"option {option} is not read by {_KIND_NAMES[kind]}: only by "
+            f"{' and '.join(_KIND_NAMES[k].split(' (')[0] for k in takers)}{hint}"
+        )
+
+
 class RocketMQDataSource(DataSource):
     """`spark.read.format("rocketmq")`. Options (case-insensitive):
 
@@ -394,6 +442,9 @@ class RocketMQDataSource(DataSource):
     - `startingOffsets`, `endingOffsets`, `startingTimestamp`, `endingTimestamp` (and their per-queue JSON forms),
       `topicPattern`, `failOnDataLoss`: the read goes by consume-queue offsets instead (`rmq.spark_queues`).
     - `spark.readStream.format("rocketmq")`: Structured Streaming by queue offsets (`rmq.spark_stream`).
+
+    An option the kind of read does not take is refused (`check_kind_options`), e.g. `storeTimestampFrom` with
+    `startingOffsets` (use `startingTimestamp`), or `maxRecordsPerTrigger` in a batch read.
     """
 
     @classmethod
@@ -409,7 +460,9 @@ class RocketMQDataSource(DataSource):
         options = {k.lower(): v for k, v in self.options.items()}
         check_read_options(options)
         if any(k in options for k in QUEUE_OPTIONS):
+            check_kind_options(options, "queues")
             return RocketMQQueueReader(options, schema)
+        check_kind_options(options, "splits")
         if _flag(options, "pushdown"):
             return RocketMQPushdownReader(options, schema)
         return RocketMQReader(options, schema)
@@ -423,6 +476,7 @@ class RocketMQDataSource(DataSource):
             ) from None
         options = {k.lower(): v for k, v in self.options.items()}
         check_read_options(options)
+        check_kind_options(options, "stream")
         return RocketMQStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

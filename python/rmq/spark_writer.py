@@ -52,6 +52,7 @@ in `properties`; without it each put makes a new one).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -169,6 +170,7 @@ class WriteOptions:
             raise _native.InvalidConfigError(
                 'the rocketmq writer needs a path: df.write.format("rocketmq").mode("append").save(STORE_DIR)'
             )
+        check_write_options(o)
         try:
             queues = int(o.get("queues", DEFAULT_QUEUES))
             lock_timeout = float(o.get("locktimeout", 600))
@@ -179,6 +181,26 @@ class WriteOptions:
                 f"queues must be 1 to 65536 and lockTimeout finite and not negative, got {queues}, {lock_timeout}"
             )
         return WriteOptions(o["path"], queues, lock_timeout, _settings(o))
+
+
+#: The writer's own options, as spelt in the docs, and Spark's `checkpointLocation` of a streaming write (store
+#: settings come under RocketMQ's names besides).
+WRITE_OPTIONS = ("path", "queues", "lockTimeout", "checkpointLocation")
+
+
+def check_write_options(options: dict[str, str]) -> None:
+    """Refuses an option the writer does not read (a typo such as `lockTimout` would otherwise be ignored):
+    `InvalidConfigError` naming the nearest one. `options` are lower-cased, as Spark passes them."""
+    known = {o.lower(): o for o in WRITE_OPTIONS}
+    known.update({java.lower(): java for _name, java, *_ in _native.config_settings()})
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {known[close[0]]}?" if close else ""
+            raise _native.InvalidConfigError(
+                f"the rocketmq writer has no option {name!r}{hint} (its options: {', '.join(WRITE_OPTIONS)}, and "
+                "store settings under RocketMQ's names, such as mappedFileSizeCommitLog)"
+            )
 
 
 def _settings(options: dict[str, str]) -> dict[str, Any]:
