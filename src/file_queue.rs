@@ -293,21 +293,21 @@ impl FileQueue {
     }
 
     /// Overlay only: maps the segments another process added after the last one since the queue was loaded
-    /// (a file whose size is not the segment size yet, one being created, is left for the next call), drops
-    /// the leading segments whose files are gone (retention by that process), and the trailing ones whose
-    /// files are gone or were made again (a writer deletes the segment it made ahead, which holds nothing, at a
-    /// close or the next open, and makes it anew later: the old mapping would read zeros for ever); those are
-    /// mapped again when they are back. Returns (added, dropped).
+    /// (a file whose size is not the segment size yet, one being created, is left for the next call), and
+    /// drops the trailing ones whose files are gone or were made again (a writer deletes the segment it made
+    /// ahead, which holds nothing, at a close or the next open, and makes it anew later: the old mapping would
+    /// read zeros for ever); those are mapped again when they are back. The leading segments whose files are
+    /// gone (retention by that process) stay mapped, and readable, until [`FileQueue::drop_gone`]: a reader
+    /// behind takes in what they hold first. Returns (added, dropped).
     pub fn refresh(&self) -> Result<(usize, usize)> {
         if self.storage != Storage::Overlay {
             return Ok((0, 0));
         }
         let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let gone = files.iter().take_while(|f| !f.path().exists()).count();
-        files.drain(..gone);
-        let current = files.iter().rposition(|f| f.is_current()).map_or(0, |i| i + 1);
+        let current = files[gone..].iter().rposition(|f| f.is_current()).map_or(gone, |i| gone + i + 1);
         let replaced = files.drain(current..).count();
-        self.removed(gone + replaced);
+        self.removed(replaced);
         let mut added = 0;
         loop {
             let start = match files.last() {
@@ -335,7 +335,20 @@ impl FileQueue {
             files.push(Arc::new(MappedFile::open_in(self.storage, &path, start, self.file_size)?));
             added += 1;
         }
-        Ok((added, gone + replaced))
+        Ok((added, replaced))
+    }
+
+    /// Overlay only: drops the leading segments whose files are gone (retention by the process that writes
+    /// them). Returns how many.
+    pub fn drop_gone(&self) -> usize {
+        if self.storage != Storage::Overlay {
+            return 0;
+        }
+        let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let gone = files.iter().take_while(|f| !f.path().exists()).count();
+        files.drain(..gone);
+        self.removed(gone);
+        gone
     }
 
     /// Creates and maps the segment starting at `start`, which must follow the last one.

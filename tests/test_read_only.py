@@ -464,3 +464,48 @@ def test_a_view_ends_at_a_trailing_blank_until_the_segment_after_it_appears(tmp_
         view.refresh()
         assert view.max_offset == end
         assert [m.commitlog_offset for m in view.scan()] == offsets
+
+
+@pytest.mark.parametrize("segments_unseen", [0, 1], ids=["mapped-before-deleted", "made-ahead-before-deleted"])
+def test_a_view_behind_the_writers_retention_takes_in_every_message_still_stored(
+    tmp_path: Path, segments_unseen: int
+) -> None:
+    """A view that was behind when the writer's retention deleted segments dropped them before dispatching what
+    they still held: those messages never reached its queues, and every later message of those queues sat at a
+    queue offset too low (a streaming reader beside retention stalled at its end for ever). QA: a view ended at
+    [994, 994, 995, 996] where the store held [1000] * 4."""
+    root = tmp_path / "s"
+    cfg = small_config(file_reserved_time=0, delete_file_batch_max=100, clean_file_forcibly_enable=False)
+    body = b"m" * 300
+    with rmq.MessageStore(root, cfg) as writer:
+        n = 0
+
+        def put_until(segment: int) -> None:
+            nonlocal n
+            while writer.max_offset < segment * SEGMENT + SEGMENT // 2:
+                writer.put("T", body + b"%06d" % n, queue_id=n % 4)
+                n += 1
+
+        put_until(1)
+        assert writer.wait_dispatched()
+        with rmq.MessageStore(root, cfg, read_only=True) as view:
+            view.refresh()  # the view has mapped segment 1, half written
+            put_until(2 + segments_unseen)  # segment 2 (and 3) made; the view has not looked
+            assert writer.wait_dispatched()
+            writer.flush()
+            deleted = writer.delete_expired_files_now()["commitlog"]
+            assert len(deleted) == 2 + segments_unseen, deleted
+            view.refresh()
+            for q in range(4):
+                low, high = writer.get_min_offset_in_queue("T", q), writer.get_max_offset_in_queue("T", q)
+                assert view.get_max_offset_in_queue("T", q) == high
+                got = []
+                at = max(low, view.get_min_offset_in_queue("T", q))
+                while at < high:
+                    r = view.get_message("g", "T", q, at, 32)
+                    assert r.status.name == "FOUND", (q, at, r.status)
+                    got += r.messages
+                    at = r.next_begin_offset
+                assert [m.queue_offset for m in got] == list(range(high - len(got), high))
+                assert all(m.body == body + b"%06d" % (m.queue_offset * 4 + q) for m in got)
+                assert len(got) >= high - low - 1

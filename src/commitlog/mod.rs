@@ -252,8 +252,8 @@ impl CommitLog {
 
     /// Read-only (overlay) logs: takes in what another process appended since the open or the last refresh.
     /// New segments are mapped, and the end moves over every complete record (and blank) after it, stopping
-    /// before the first position that is not one (a record still being written is taken next time). Returns
-    /// the new end.
+    /// before the first position that is not one (a record still being written is taken next time). Segments
+    /// deleted underneath stay readable until [`CommitLog::drop_gone`]. Returns the new end.
     pub fn refresh(&self) -> Result<u64> {
         self.queue.refresh()?;
         let mut w = self.lock_writer();
@@ -279,6 +279,12 @@ impl CommitLog {
             self.max_offset.store(at, Ordering::Release);
         }
         Ok(*end)
+    }
+
+    /// Read-only (overlay) logs: drops the first segments whose files another process deleted (retention), once
+    /// what they hold was taken in. Returns how many.
+    pub fn drop_gone(&self) -> usize {
+        self.queue.drop_gone()
     }
 
     /// The segment queue.

@@ -272,12 +272,15 @@ impl MessageStore {
         }
         let end = self.commitlog.refresh()?;
         self.flushed_offset.fetch_max(end, Ordering::AcqRel);
+        // Segments the writer's retention deleted meanwhile are still mapped: what they hold is dispatched
+        // before they are dropped, so a view that was behind loses none of it.
         loop {
             let round = self.dispatch(u64::MAX, false)?;
             if round.records == 0 || round.reput_offset >= end {
                 break;
             }
         }
+        self.commitlog.drop_gone();
         let min = self.commitlog.min_offset() as i64;
         for cq in self.queues.all() {
             cq.correct_min_offset(min);
