@@ -449,7 +449,8 @@ def test_a_transient_store_pool_larger_than_memory_is_refused_not_an_abort(tmp_p
     """`transient_store_pool_size` buffers of a segment each, beyond the machine's memory, aborted the process
     ("memory allocation of 34359738352 bytes failed") where it must be an `InvalidConfigError`."""
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
-    cfg = small_config(transient_store_pool_enable=True, transient_store_pool_size=min(memory // SEGMENT + 1, 2**31 - 1))
+    buffers = min(memory // SEGMENT + 1, 2**31 - 1)
+    cfg = small_config(transient_store_pool_enable=True, transient_store_pool_size=buffers)
     with pytest.raises(rmq.InvalidConfigError, match="transient_store_pool_size"):
         rmq.MessageStore(tmp_path / "s", cfg, start_services=False)
     assert not (tmp_path / "s").exists()
