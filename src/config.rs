@@ -638,7 +638,9 @@ impl FileSizes {
     ///
     /// - A directory of segments named by their start offset (the commitlog, each consume queue): the distance
     ///   between consecutive names, where a directory has two files or more (the most common distance, so a
-    ///   missing segment does not count); otherwise the most common length of its files. A truncated or
+    ///   missing segment does not count, or the files' most common length when every distance is a whole
+    ///   number of it: a missing segment between the only two left); otherwise the most common length of its
+    ///   files. A truncated or
     ///   extended segment therefore does not decide the size: opening then reports it as damage.
     /// - Index files (`40 + 4 × slots + 20 × entries` bytes): a full file (any but the newest) has
     ///   `indexCount = maxIndexNum` in its header, which fixes both; with only the newest file, RocketMQ's
@@ -735,10 +737,16 @@ fn segments(dir: &Path) -> Result<Vec<(u64, u64)>> {
 fn segment_size(dirs: &[Vec<(u64, u64)>]) -> Option<u64> {
     let distances: Vec<u64> =
         dirs.iter().flat_map(|d| d.windows(2).filter_map(|w| w[1].0.checked_sub(w[0].0))).filter(|&d| d > 0).collect();
-    if !distances.is_empty() {
-        return most_common(&distances);
+    let length = most_common(&dirs.iter().flatten().map(|&(_, len)| len).collect::<Vec<_>>());
+    if distances.is_empty() {
+        return length;
     }
-    most_common(&dirs.iter().flatten().map(|&(_, len)| len).collect::<Vec<_>>())
+    // The files' common length when every distance is a whole number of it: names two or more lengths apart
+    // are segments missing between them (the only distance of three segments with the middle one gone).
+    match length {
+        Some(len) if len > 0 && distances.iter().all(|d| d % len == 0) => Some(len),
+        _ => most_common(&distances),
+    }
 }
 
 fn most_common(values: &[u64]) -> Option<u64> {
@@ -905,6 +913,11 @@ mod tests {
         file(&cl, &file_name(5 * mib), mib);
         file(&cl, &file_name(6 * mib), 0);
         assert_eq!(FileSizes::read(tmp.path()).expect("read").mapped_file_size_commit_log, Some(mib));
+        // Three segments with the middle one missing: the only distance is two sizes, the lengths say one.
+        let gap = tmp.path().join("gap");
+        file(&gap.join("commitlog"), &file_name(0), 65536);
+        file(&gap.join("commitlog"), &file_name(2 * 65536), 65536);
+        assert_eq!(FileSizes::read(&gap).expect("read").mapped_file_size_commit_log, Some(65536));
         // Two segments, the last one extended: the lengths tie, the names do not.
         let two = tmp.path().join("two");
         file(&two.join("commitlog"), &file_name(0), mib);

@@ -501,3 +501,19 @@ def test_describe_lists_the_index_as_a_read_only_open_holds_it(tmp_path: Path) -
     assert dumped == {p.name for p in files[:-1]}, "the files on disk, as they are"
     assert len(held) > len(files) - 1, "the rebuild rolled into a file that is only in memory"
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in store_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_store_missing_its_middle_segment_is_checked_as_missing_not_misconfigured(tmp_path: Path) -> None:
+    """The sizes read off the files took the two segments around a missing one for segments of twice the size:
+    `rmq check` and every open without a config then said "configured as 131072 bytes" (InvalidConfigError)
+    instead of naming the missing segment."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, rmq.StoreConfig(mapped_file_size_commit_log=65536)) as store:
+        while store.max_offset < 2 * 65536 + 1000:
+            store.put("T", b"x" * 500)
+    segments = sorted((root / "commitlog").iterdir())
+    segments[1].unlink()
+    assert rmq.StoreConfig.from_files(root).mapped_file_size_commit_log == 65536
+    run = rmq_cli("check", root)
+    out = run.stdout + run.stderr
+    assert run.returncode == 2 and "a segment is missing" in out and "configured as" not in out, out
