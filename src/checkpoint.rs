@@ -38,11 +38,16 @@ pub struct LockFile {
     key: (u64, u64),
 }
 
-/// Store roots (device, inode) that a [`LockFile`] of this process holds.
-static LOCKED_ROOTS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+/// Store roots (device, inode) that a [`LockFile`] of this process holds, each with the fork generation it was
+/// taken in ([`crate::fork`]): a child made by `fork` inherits the parent's entries but none of its locks, so
+/// only entries of the process's own generation count.
+static LOCKED_ROOTS: std::sync::Mutex<Vec<((u64, u64), u64)>> = std::sync::Mutex::new(Vec::new());
 
-fn locked_roots() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
-    LOCKED_ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn locked_roots() -> std::sync::MutexGuard<'static, Vec<((u64, u64), u64)>> {
+    let mut roots = LOCKED_ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = crate::fork::generation();
+    roots.retain(|&(_, generation)| generation == now);
+    roots
 }
 
 /// Result of trying RocketMQ's lock on a descriptor.
@@ -91,7 +96,7 @@ pub fn lock_holder(root: &Path) -> Option<u32> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(root).ok()?;
-    if locked_roots().contains(&(meta.dev(), meta.ino())) {
+    if locked_roots().iter().any(|&(key, _)| key == (meta.dev(), meta.ino())) {
         return Some(0);
     }
     let file = File::open(root.join("lock")).ok()?;
@@ -136,7 +141,7 @@ impl LockFile {
         let key = (meta.dev(), meta.ino());
         // Held across the attempt, so two threads opening the same directory cannot both get past the registry.
         let mut roots = locked_roots();
-        if roots.contains(&key) {
+        if roots.iter().any(|&(k, _)| k == key) {
             return Err(Error::Locked(root.to_owned()));
         }
         let path = root.join("lock");
@@ -153,7 +158,7 @@ impl LockFile {
                 return Err(e);
             }
         }
-        roots.push(key);
+        roots.push((key, crate::fork::generation()));
         Ok(LockFile { file: Some(file), key })
     }
 }
@@ -230,7 +235,7 @@ impl Drop for LockFile {
     fn drop(&mut self) {
         // Close first (which releases the record lock), then let the directory be opened again in this process.
         drop(self.file.take());
-        locked_roots().retain(|k| *k != self.key);
+        locked_roots().retain(|&(k, _)| k != self.key);
     }
 }
 

@@ -70,3 +70,31 @@ sys.exit(os.waitstatus_to_exitcode(status))
         assert not own.unclean_shutdown
         assert [m.body for m in own.scan()] == [b"c"]
     assert os.path.exists(tmp_path / "parent" / "commitlog")
+
+
+def test_a_forked_child_opens_the_parents_store_once_the_parent_closed_it(tmp_path: Path) -> None:
+    """The child inherits the parent's in-process registry of open stores but none of its locks: the inherited
+    entry must not make the child's own open of that store a "second open in this process" for ever."""
+    root = tmp_path / "s"
+    code = f"""
+import os, sys, rmq
+store = rmq.MessageStore({str(root)!r})
+store.put("T", b"parent")
+read_end, write_end = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(write_end)
+    os.read(read_end, 1)  # the parent has closed the store
+    with rmq.MessageStore({str(root)!r}) as own:
+        own.put("T", b"child")
+    sys.exit(0)
+store.close()
+os.write(write_end, b"x")
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    with rmq.MessageStore(root) as store:
+        assert not store.unclean_shutdown
+        assert [m.body for m in store.scan()] == [b"parent", b"child"]
