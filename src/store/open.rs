@@ -54,18 +54,9 @@ impl MessageStore {
     /// derived files against it (module docs), dispatches what they lack, and marks the store as running
     /// (abort file).
     ///
-    /// An open that fails leaves no file or directory it made itself (a refused directory is left as it was
-    /// found): see [`MadeByOpen`].
-    pub fn open_with(root: &Path, config: StoreConfig, options: &OpenOptions) -> Result<Self> {
-        let made = (!options.read_only).then(|| MadeByOpen::note(root));
-        let opened = Self::open_made(root, config, options);
-        if let (Err(_), Some(made)) = (&opened, made) {
-            made.undo();
-        }
-        opened
-    }
-
-    fn open_made(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
+    /// An open that fails after taking the lock removes, before it lets the lock go, the files and directories
+    /// it made (the lock file aside): see [`HeldForOpen`].
+    pub fn open_with(root: &Path, mut config: StoreConfig, options: &OpenOptions) -> Result<Self> {
         let began = std::time::Instant::now();
         config.validate()?;
         crate::mmap::raise_open_file_limit();
@@ -81,6 +72,7 @@ impl MessageStore {
             crate::mmap::create_dir_durable(root)?;
             Some(LockFile::acquire(root)?)
         };
+        let mut held = HeldForOpen::new(root, lock);
         let unclean_shutdown = AbortFile::exists(root);
         let checkpoint =
             if options.read_only { StoreCheckpoint::open_read_only(root)? } else { StoreCheckpoint::open(root)? };
@@ -453,7 +445,7 @@ impl MessageStore {
             store.queue_offsets_after_reput(&mut table);
         }
         *store.queue_table.get_mut().unwrap_or_else(|p| p.into_inner()) = table;
-        let state = match (lock, abort) {
+        let state = match (held.keep(), abort) {
             (Some(lock), Some(abort)) => {
                 store.checkpoint_after_flush()?;
                 State::Open { _lock: lock, abort }
@@ -467,36 +459,42 @@ impl MessageStore {
     }
 }
 
-/// The names a writable open may create in a store directory, and which of them were there before it: an open
-/// that fails (a commitlog it refuses, a bad abort marker, a full disk) removes the ones it made, so that a
-/// refused directory is left as it was found (a mistyped path, a directory that is not a store), not turned
-/// into the beginnings of an empty store. Files first, then the directories it made, each only if empty.
-pub(super) struct MadeByOpen {
+/// The lock of a writable open (`None` for a read-only one) and the names the open may create in the store
+/// directory, noted once the lock is held: an open that fails (a commitlog it refuses, a bad abort marker, a
+/// full disk) drops this before it returns, which removes what it made, each only if it did not exist when the
+/// lock was taken (files, then the directories it made if they are empty), and only then lets the lock go, so
+/// no other open can have made any of it meanwhile. A refused directory is left as it was found (a mistyped
+/// path, a directory that is not a store) but for the `lock` file (RocketMQ's broker leaves one too): removing
+/// it could let two processes hold the lock, one on the removed file.
+struct HeldForOpen {
     root: PathBuf,
-    root_existed: bool,
-    existed: Vec<(&'static str, bool)>,
+    /// Each name, and whether it existed when the lock was taken; `None` once the open succeeded.
+    existed: Option<Vec<(&'static str, bool)>>,
+    lock: Option<LockFile>,
 }
 
-impl MadeByOpen {
-    const NAMES: [&'static str; 8] =
-        ["abort", "abort.bak", "checkpoint", "lock", "commitlog", "consumequeue", "index", "config"];
+impl HeldForOpen {
+    const NAMES: [&'static str; 6] = ["abort", "abort.bak", "checkpoint", "commitlog", "consumequeue", "index"];
 
-    fn note(root: &Path) -> Self {
-        let exists = |p: &Path| p.symlink_metadata().is_ok();
-        MadeByOpen {
-            root: root.to_owned(),
-            root_existed: exists(root),
-            existed: Self::NAMES.iter().map(|&n| (n, exists(&root.join(n)))).collect(),
-        }
+    fn new(root: &Path, lock: Option<LockFile>) -> Self {
+        let existed =
+            lock.as_ref().map(|_| Self::NAMES.iter().map(|&n| (n, root.join(n).symlink_metadata().is_ok())).collect());
+        HeldForOpen { root: root.to_owned(), existed, lock }
     }
 
-    fn undo(self) {
-        for (name, existed) in &self.existed {
+    /// The open succeeded: the lock, for the store to hold.
+    fn keep(&mut self) -> Option<LockFile> {
+        self.existed = None;
+        self.lock.take()
+    }
+}
+
+impl Drop for HeldForOpen {
+    fn drop(&mut self) {
+        for (name, existed) in self.existed.take().into_iter().flatten() {
             let path = self.root.join(name);
-            if *existed {
-                continue;
-            }
             match path.symlink_metadata() {
+                Ok(_) if existed => {}
                 Ok(m) if m.is_dir() => {
                     let _ = std::fs::remove_dir(&path);
                 }
@@ -506,9 +504,7 @@ impl MadeByOpen {
                 Err(_) => {}
             }
         }
-        if !self.root_existed {
-            let _ = std::fs::remove_dir(&self.root);
-        }
+        // `lock` is dropped after this, releasing the lock.
     }
 }
 
