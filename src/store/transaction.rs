@@ -348,10 +348,8 @@ impl MessageStore {
                 h.physical_offset,
             )
         });
-        let (op_body, op_props) = Self::op_record(&[h.queue_offset]);
-        let born = (self.config.broker.store_host, now_ms());
-        let op =
-            tx_message(OP_TOPIC, h.queue_id, op_body.as_bytes(), &op_props, 0, 0, TransactionType::NotType, born, 0, 0);
+        let record = Self::op_record(&[h.queue_offset]);
+        let op = self.op_message(h.queue_id, &record);
         let mut written = self.put_inner_all(&[commit, Some(op)].into_iter().flatten().collect::<Vec<_>>())?;
         let op = written.pop().ok_or_else(|| Error::Transaction("the op record was not written".into()))?;
         if let Some(e) = ended.as_mut() {
@@ -375,6 +373,13 @@ impl MessageStore {
         super::validate::check_topic_name(&topic)
             .map_err(|_| Error::Transaction(format!("the half at {} has no valid REAL_TOPIC", h.physical_offset)))?;
         Ok((topic, queue_id))
+    }
+
+    /// The op record `record` ([`MessageStore::op_record`]) as a message of op queue `queue_id`, born now at the
+    /// store's host.
+    fn op_message<'a>(&self, queue_id: i32, (body, props): &'a (String, Vec<u8>)) -> InnerMessage<'a> {
+        let born = (self.config.broker.store_host, now_ms());
+        tx_message(OP_TOPIC, queue_id, body.as_bytes(), props, 0, 0, TransactionType::NotType, born, 0, 0)
     }
 
     /// An op record's body and properties (`makeOpMessageInner` of `new Message(OP_TOPIC, "d", body)`):
@@ -551,10 +556,8 @@ impl MessageStore {
             *ended = Some(self.ended_from_op_queue(h.queue_id)?);
         }
         let Some(e) = ended.as_mut().filter(|e| e.contains(h.queue_offset, Some(&key))) else { return Ok(false) };
-        let (op_body, op_props) = Self::op_record(&[h.queue_offset]);
-        let born = (self.config.broker.store_host, now_ms());
-        let op =
-            tx_message(OP_TOPIC, h.queue_id, op_body.as_bytes(), &op_props, 0, 0, TransactionType::NotType, born, 0, 0);
+        let record = Self::op_record(&[h.queue_offset]);
+        let op = self.op_message(h.queue_id, &record);
         self.put_inner(&op)?;
         e.insert(h.queue_offset, Some(key));
         Ok(true)
