@@ -96,6 +96,7 @@ fn dispatch(c: &mut Criterion) {
                         queues: &queues,
                         index: if with_index { Some(&index) } else { None },
                         delay_levels: &levels,
+                        view: false,
                     };
                     let start = Instant::now();
                     let round = d.run(store.commitlog(), 0, end, u64::MAX, false).unwrap();

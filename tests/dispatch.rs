@@ -184,7 +184,7 @@ fn redispatch_changes_nothing() {
     let before = derived_snapshot(tmp.path());
     // Run the dispatcher again over the whole log: every entry and key is already there.
     let levels = parse_delay_levels(DEFAULT_DELAY_LEVELS);
-    let d = Dispatcher { queues: store.consume_queues(), index: store.index(), delay_levels: &levels };
+    let d = Dispatcher { queues: store.consume_queues(), index: store.index(), delay_levels: &levels, view: false };
     let round = d.run(store.commitlog(), 0, store.commitlog().max_offset(), u64::MAX, false).unwrap();
     assert_eq!(round.records, 60);
     assert_eq!(round.cq_entries, 0);
@@ -405,7 +405,7 @@ fn dispatch_into(log: &rmq::commitlog::CommitLog, root: &Path, max_records: u64)
     let (queues, _) = rmq::consume_queue::store::ConsumeQueueStore::load(&root.join("consumequeue"), 100).unwrap();
     let index = rmq::index::IndexService::load(&root.join("index"), cfg.index).unwrap();
     let levels = parse_delay_levels(DEFAULT_DELAY_LEVELS);
-    let d = Dispatcher { queues: &queues, index: Some(&index), delay_levels: &levels };
+    let d = Dispatcher { queues: &queues, index: Some(&index), delay_levels: &levels, view: false };
     let (mut from, end, mut parallel) = (0, log.max_offset(), false);
     while from < end {
         let round = d.run(log, from, end, max_records, false).unwrap();

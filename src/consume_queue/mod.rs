@@ -247,6 +247,24 @@ impl ConsumeQueue {
     /// `putMessagePositionInfo` (spec §6.2): appends the entry for the record at commitlog `offset` with queue
     /// offset `cq_offset`, unless the duplicate rules say it is already there.
     pub fn append(&self, offset: i64, size: i32, tags_code: i64, cq_offset: i64) -> Result<Appended> {
+        self.append_after(offset, size, tags_code, cq_offset, -1)
+    }
+
+    /// [`ConsumeQueue::append`] for a read-only view, which takes in what another process wrote only when it
+    /// refreshes: when the queue's last entry ends at or before `log_min` (its record left the log, with the
+    /// records after it that the view never saw: the writer made and deleted their segments between two
+    /// refreshes), a record carrying a higher queue offset is written at that offset, and the slots before it
+    /// hold pre-blank entries, which read as removed. Appending at the end instead (RocketMQ's rule for a gap)
+    /// would put every later message of the queue at a lower queue offset than its record and the writer's
+    /// consume queue give it.
+    pub fn append_after(
+        &self,
+        offset: i64,
+        size: i32,
+        tags_code: i64,
+        cq_offset: i64,
+        log_min: i64,
+    ) -> Result<Appended> {
         let bad = |reason: &str| Error::InvalidOffset { offset, reason: reason.to_owned() };
         if offset < 0 || size <= 0 {
             return Err(bad("a consume-queue entry needs a non-negative offset and a positive size"));
@@ -263,6 +281,9 @@ impl ConsumeQueue {
         }
         let file_size = self.file_size();
         let mut cur = self.max_logical.load(Ordering::Relaxed);
+        if cq_offset != 0 && expect > cur && w.max_physic_offset >= 0 && w.max_physic_offset <= log_min {
+            cur = self.fill_removed(cur, expect)?;
+        }
         let file = match self.files.last() {
             Some(last) if cur < last.end() => last,
             Some(last) => self.files.create(last.end())?,
@@ -300,6 +321,27 @@ impl ConsumeQueue {
         file.write_at(pos, &entry.encode())?;
         self.max_logical.store(cur + UNIT, Ordering::Release);
         Ok(Appended::Written { queue_offset: cur / UNIT, new_gap })
+    }
+
+    /// Pre-blank entries from `cur` (the end) up to `until`, in as many files as that takes; returns the new end.
+    fn fill_removed(&self, mut cur: u64, until: u64) -> Result<u64> {
+        let blank = PRE_BLANK.encode();
+        let chunk: Vec<u8> = blank.iter().copied().cycle().take(blank.len() * 3276).collect();
+        while cur < until {
+            let file = match self.files.last() {
+                Some(last) if cur < last.end() => last,
+                Some(last) => self.files.create(last.end())?,
+                None => break,
+            };
+            let stop = until.min(file.end());
+            while cur < stop {
+                let n = ((stop - cur) as usize).min(chunk.len());
+                file.write_at((cur - file.start()) as usize, &chunk[..n])?;
+                cur += n as u64;
+            }
+            self.max_logical.store(cur, Ordering::Release);
+        }
+        Ok(cur)
     }
 
     fn fill_pre_blank(&self, file: &MappedFile, until: u64) -> Result<()> {

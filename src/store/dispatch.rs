@@ -251,6 +251,9 @@ pub struct Dispatcher<'a> {
     pub queues: &'a ConsumeQueueStore,
     pub index: Option<&'a IndexService>,
     pub delay_levels: &'a [i64],
+    /// A read-only view: a queue whose last entry's record left the log takes the next record at the queue
+    /// offset it carries ([`ConsumeQueue::append_after`]).
+    pub view: bool,
 }
 
 impl Dispatcher<'_> {
@@ -341,6 +344,7 @@ impl Dispatcher<'_> {
         let mut round = DispatchRound { reput_offset: from, ..DispatchRound::default() };
         let mut arrivals: HashMap<usize, Arrival> = HashMap::new();
         let mut topics = RoundTopics::default();
+        let log_min = if self.view { log.min_offset() as i64 } else { -1 };
         let mut cursor = log.cursor(from.max(log.min_offset()), end);
         let mut prefetched = 0u64;
         while round.records < max_records && !sink.failed() {
@@ -374,7 +378,7 @@ impl Dispatcher<'_> {
                         }),
                         Some(code) => {
                             let written =
-                                self.dispatch_record(h, record, &props, code, &mut topics, sink, &mut round)?;
+                                self.dispatch_record(h, record, &props, code, log_min, &mut topics, sink, &mut round)?;
                             if let (true, Some(cq)) = (want_arrivals, written) {
                                 let key = Arc::as_ptr(&cq) as usize;
                                 let a = arrivals.entry(key).or_insert_with(|| Arrival {
@@ -452,6 +456,7 @@ impl Dispatcher<'_> {
         record: &[u8],
         props: &StoreProps<'_>,
         tags_code: i64,
+        log_min: i64,
         topics: &mut RoundTopics,
         sink: &mut IndexSink<'_>,
         round: &mut DispatchRound,
@@ -484,7 +489,7 @@ impl Dispatcher<'_> {
                 }
             };
             if let Some(cq) = cq {
-                match cq.append(h.physical_offset, h.total_size, tags_code, h.queue_offset) {
+                match cq.append_after(h.physical_offset, h.total_size, tags_code, h.queue_offset, log_min) {
                     Ok(consume_queue::Appended::Written { queue_offset, new_gap }) => {
                         round.cq_entries += 1;
                         written = Some(Arc::clone(cq));

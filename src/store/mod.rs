@@ -270,17 +270,24 @@ impl MessageStore {
         if !self.is_read_only() {
             return Ok(self.commitlog.max_offset());
         }
-        let end = self.commitlog.refresh()?;
-        self.flushed_offset.fetch_max(end, Ordering::AcqRel);
         // Segments the writer's retention deleted meanwhile are still mapped: what they hold is dispatched
-        // before they are dropped, so a view that was behind loses none of it.
+        // before they are dropped, so a view that was behind loses none of it. When every mapped segment was
+        // deleted, the writer may also have made and deleted segments the view never saw: the log goes on at
+        // the first segment still stored, mapped by a second pass once the gone ones are dropped.
+        let mut end;
         loop {
-            let round = self.dispatch(u64::MAX, false)?;
-            if round.records == 0 || round.reput_offset >= end {
+            end = self.commitlog.refresh()?;
+            self.flushed_offset.fetch_max(end, Ordering::AcqRel);
+            loop {
+                let round = self.dispatch(u64::MAX, false)?;
+                if round.records == 0 || round.reput_offset >= end {
+                    break;
+                }
+            }
+            if self.commitlog.drop_gone() == 0 || self.commitlog.queue().last().is_some() {
                 break;
             }
         }
-        self.commitlog.drop_gone();
         let min = self.commitlog.min_offset() as i64;
         for cq in self.queues.all() {
             cq.correct_min_offset(min);
@@ -558,8 +565,12 @@ impl MessageStore {
     pub fn dispatch(&self, max_records: u64, want_arrivals: bool) -> Result<DispatchRound> {
         let mut reput = self.reput.lock().unwrap_or_else(|p| p.into_inner());
         let end = self.confirm_offset();
-        let dispatcher =
-            Dispatcher { queues: &self.queues, index: self.index.as_ref(), delay_levels: &self.delay_levels };
+        let dispatcher = Dispatcher {
+            queues: &self.queues,
+            index: self.index.as_ref(),
+            delay_levels: &self.delay_levels,
+            view: self.is_read_only(),
+        };
         let round = dispatcher.run(&self.commitlog, *reput, end, max_records, want_arrivals)?;
         if !round.issues.is_empty() {
             let mut log = self.issues.lock().unwrap_or_else(|p| p.into_inner());
