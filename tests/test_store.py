@@ -681,6 +681,21 @@ def test_closed_store_refuses_calls(store_dir: Path) -> None:
         lambda: store.read_raw(0),
         lambda: store.scan(0),
         lambda: store.flush(),
+        # Reads of queues, the index and the file lists: they answered from the closed store's state before.
+        lambda: store.get_min_offset_in_queue("T", 0),
+        lambda: store.get_max_offset_in_queue("T", 0),
+        lambda: store.get_commitlog_offset_in_queue("T", 0, 0),
+        lambda: store.get_message_store_timestamp("T", 0, 0),
+        lambda: store.get_offset_in_queue_by_time("T", 0, 0),
+        lambda: store.next_queue_offset("T", 0),
+        lambda: list(store.iter_queue("T", 0)),
+        lambda: store.topics(),
+        lambda: store.queue_ids("T"),
+        lambda: store.consume_queue_files("T", 0),
+        lambda: store.commitlog_files(),
+        lambda: store.index_files(),
+        lambda: store.index_file_headers(),
+        lambda: store.set_max_message_size(1000),
     ):
         with pytest.raises(rmq.StoreClosedError) as info:
             call()

@@ -668,14 +668,17 @@ impl MessageStore {
         &self,
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
-    ) -> i64 {
-        self.inner.next_queue_offset(&topic, queue_id)
+    ) -> PyResult<i64> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.next_queue_offset(&topic, queue_id))
     }
 
     /// Changes `maxMessageSize` for later puts: 10 to `i32::MAX` bytes. Smaller values, which RocketMQ ignores
     /// silently, raise `InvalidArgumentError` and change nothing.
-    fn set_max_message_size(&self, #[pyo3(from_py_with = args::max_message_size)] size: i32) {
+    fn set_max_message_size(&self, #[pyo3(from_py_with = args::max_message_size)] size: i32) -> PyResult<()> {
+        self.inner.check_open().map_err(to_py)?;
         self.inner.set_max_message_size(size);
+        Ok(())
     }
 
     /// One dispatch round: at most `max_records` records from the reput offset into the consume queues and
@@ -868,9 +871,10 @@ impl MessageStore {
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::java_long)] timestamp: i64,
         #[pyo3(from_py_with = args::typed::<BoundaryType>)] boundary: BoundaryType,
-    ) -> i64 {
+    ) -> PyResult<i64> {
+        self.inner.check_open().map_err(to_py)?;
         let inner = &self.inner;
-        py.detach(|| inner.offset_in_queue_by_time(&topic, queue_id, timestamp, boundary.into()))
+        Ok(py.detach(|| inner.offset_in_queue_by_time(&topic, queue_id, timestamp, boundary.into())))
     }
 
     /// `getMinOffsetInQueue`: the first queue offset still readable; -1 if the queue does not exist.
@@ -878,8 +882,9 @@ impl MessageStore {
         &self,
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
-    ) -> i64 {
-        self.inner.min_offset_in_queue(&topic, queue_id)
+    ) -> PyResult<i64> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.min_offset_in_queue(&topic, queue_id))
     }
 
     /// `getMaxOffsetInQueue`: one past the last dispatched entry (0 for a missing queue); with
@@ -890,8 +895,9 @@ impl MessageStore {
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::boolean)] committed: bool,
-    ) -> i64 {
-        self.inner.max_offset_in_queue(&topic, queue_id, committed)
+    ) -> PyResult<i64> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.max_offset_in_queue(&topic, queue_id, committed))
     }
 
     /// `getCommitLogOffsetInQueue`: commitlog offset of the message at `queue_offset`, 0 if none.
@@ -900,8 +906,9 @@ impl MessageStore {
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::java_long)] queue_offset: i64,
-    ) -> i64 {
-        self.inner.commitlog_offset_in_queue(&topic, queue_id, queue_offset)
+    ) -> PyResult<i64> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.commitlog_offset_in_queue(&topic, queue_id, queue_offset))
     }
 
     /// `getMessageStoreTimeStamp`: store time (ms) of the message at `queue_offset`, -1 if none.
@@ -911,9 +918,10 @@ impl MessageStore {
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::java_long)] queue_offset: i64,
-    ) -> i64 {
+    ) -> PyResult<i64> {
+        self.inner.check_open().map_err(to_py)?;
         let inner = &self.inner;
-        py.detach(|| inner.message_store_timestamp(&topic, queue_id, queue_offset))
+        Ok(py.detach(|| inner.message_store_timestamp(&topic, queue_id, queue_offset)))
     }
 
     /// `getMessage` (spec §13): up to `max_msgs` messages of (topic, queue_id) from queue `offset` whose tag
@@ -968,22 +976,25 @@ impl MessageStore {
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::java_long)] from_offset: i64,
         #[pyo3(from_py_with = args::count_usize)] max_entries: usize,
-    ) -> Vec<(i64, i64, i32, i64)> {
-        let Some(cq) = self.inner.consume_queue(&topic, queue_id) else { return Vec::new() };
+    ) -> PyResult<Vec<(i64, i64, i32, i64)>> {
+        self.inner.check_open().map_err(to_py)?;
+        let Some(cq) = self.inner.consume_queue(&topic, queue_id) else { return Ok(Vec::new()) };
         let (first, entries) = py.detach(|| cq.entries(from_offset.max(0) as u64, max_entries));
-        entries.into_iter().enumerate().map(|(i, e)| (first as i64 + i as i64, e.offset, e.size, e.tags_code)).collect()
+        Ok(entries.into_iter().enumerate().map(|(i, e)| (first as i64 + i as i64, e.offset, e.size, e.tags_code)).collect())
     }
 
     /// Topics that have consume queues, sorted.
-    fn topics(&self) -> Vec<String> {
+    fn topics(&self) -> PyResult<Vec<String>> {
+        self.inner.check_open().map_err(to_py)?;
         let mut t: Vec<String> = self.inner.consume_queues().all().iter().map(|q| q.topic().to_owned()).collect();
         t.dedup();
-        t
+        Ok(t)
     }
 
     /// Queue ids of `topic` that have consume queues, ascending.
-    fn queue_ids(&self, #[pyo3(from_py_with = args::text)] topic: PyBackedStr) -> Vec<i32> {
-        self.inner.consume_queues().queue_ids(&topic)
+    fn queue_ids(&self, #[pyo3(from_py_with = args::text)] topic: PyBackedStr) -> PyResult<Vec<i32>> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.consume_queues().queue_ids(&topic))
     }
 
     /// Files of the consume queue of (topic, queue_id), in offset order.
@@ -991,21 +1002,24 @@ impl MessageStore {
         &self,
         #[pyo3(from_py_with = args::text)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
-    ) -> Vec<PathBuf> {
-        self.inner.consume_queue(&topic, queue_id).map(|q| q.file_paths()).unwrap_or_default()
+    ) -> PyResult<Vec<PathBuf>> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.consume_queue(&topic, queue_id).map(|q| q.file_paths()).unwrap_or_default())
     }
 
     /// Index files, oldest first.
-    fn index_files(&self) -> Vec<PathBuf> {
-        self.inner.index().map(|i| i.file_paths()).unwrap_or_default()
+    fn index_files(&self) -> PyResult<Vec<PathBuf>> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.index().map(|i| i.file_paths()).unwrap_or_default())
     }
 
     /// Each index file's name and header as the store holds it (oldest first): (name, beginTimestamp,
     /// endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount). A read-only store's file rebuilt
     /// in memory (the repair a writable open would make) is there too, though not on disk.
-    fn index_file_headers(&self) -> Vec<(String, i64, i64, i64, i64, i32, i32)> {
-        let Some(index) = self.inner.index() else { return Vec::new() };
-        index
+    fn index_file_headers(&self) -> PyResult<Vec<(String, i64, i64, i64, i64, i32, i32)>> {
+        self.inner.check_open().map_err(to_py)?;
+        let Some(index) = self.inner.index() else { return Ok(Vec::new()) };
+        Ok(index
             .files()
             .iter()
             .map(|f| {
@@ -1014,12 +1028,13 @@ impl MessageStore {
                     (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset);
                 (f.name(), begin_ts, end_ts, begin_phy, end_phy, h.hash_slot_count, h.index_count)
             })
-            .collect()
+            .collect())
     }
 
     /// Segment files of the commitlog, in offset order.
-    fn commitlog_files(&self) -> Vec<PathBuf> {
-        self.inner.commitlog().queue().files().iter().map(|f| f.path().to_owned()).collect()
+    fn commitlog_files(&self) -> PyResult<Vec<PathBuf>> {
+        self.inner.check_open().map_err(to_py)?;
+        Ok(self.inner.commitlog().queue().files().iter().map(|f| f.path().to_owned()).collect())
     }
 }
 
