@@ -214,6 +214,10 @@ BAD_PUTS: list[tuple[str, dict[str, Any], type[BaseException], str | None]] = [
     ("lone surrogate in a property", {"properties": {"k": "\udfff"}}, rmq.InvalidArgumentError, None),
     ("lone surrogate in keys", {"keys": ["\udfff"]}, rmq.InvalidArgumentError, None),
     ("keys as bytes", {"keys": b"k"}, rmq.ArgumentTypeError, None),
+    # Not sequences: a dict's values were dropped and a set's keys stored in no order.
+    ("keys as a dict", {"keys": {"k": "v"}}, rmq.ArgumentTypeError, None),
+    ("keys as a set", {"keys": {"a", "b"}}, rmq.ArgumentTypeError, None),
+    ("keys as an iterator", {"keys": iter(["a"])}, rmq.ArgumentTypeError, None),
 ]
 
 

@@ -231,6 +231,10 @@ pub(crate) fn keys_text(obj: &Bound<'_, PyAny>) -> PyResult<Option<KeysText>> {
     if obj.is_instance_of::<PyString>() {
         return Ok(Some(KeysText::Str(text(obj)?)));
     }
+    // A sequence keeps the order the keys are stored in; a set has none, and a dict's values would be dropped.
+    if obj.cast::<pyo3::types::PySequence>().is_err() {
+        return Err(argument_type_error(format!("keys must be a str or a sequence of str, got {}", type_name(obj))));
+    }
     let parts = opt_strings(obj).map_err(|e| {
         if e.is_instance_of::<PyTypeError>(obj.py()) {
             argument_type_error(format!("keys must be a str or a sequence of str, got {}", type_name(obj)))
