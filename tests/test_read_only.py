@@ -163,6 +163,36 @@ def test_every_writing_call_raises_read_only_error(base: Path, tmp_path: Path) -
     assert snapshot(root) == before
 
 
+def test_reading_the_config_files_of_a_brokers_directory_creates_no_lock_file(tmp_path: Path) -> None:
+    """A reader of topics.json or consumerOffset.json takes the lock file that rmq's writers of those files take,
+    but never creates it: a broker's directory has none, and loading the topics (a read-only store's
+    topic_configs()) or the offsets created `topics.json.lock` / `consumerOffset.json.lock` in it."""
+    from rmq.offsets import ConsumerOffsetManager
+
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, CONFIG) as store:
+        store.put("T", b"x")
+        store.create_topic("T", 4, 4)
+        offsets = ConsumerOffsetManager(store.consumer_offset_path)
+        offsets.commit_offset("G", "T", 0, 1)
+        offsets.persist()
+    for lock in (root / "config").glob("*.lock"):
+        lock.unlink()  # as a broker leaves its config/
+    before = snapshot(root)
+    # In a process of its own: this one keeps the lock files it opened (unlinked now) for reuse.
+    reader = f"""
+import rmq
+from rmq.offsets import ConsumerOffsetManager
+with rmq.MessageStore({str(root)!r}, read_only=True) as view:
+    assert set(view.topic_configs()) == {{"T"}}
+    assert view.topic_config("T") is not None
+    loaded = ConsumerOffsetManager(view.consumer_offset_path)
+    assert loaded.load() and loaded.query_offsets("G", "T") == {{0: 1}}
+"""
+    subprocess.run([sys.executable, "-c", reader], check=True, timeout=120)
+    assert snapshot(root) == before
+
+
 def test_a_missing_directory_is_an_error_and_is_not_created(tmp_path: Path) -> None:
     with pytest.raises(rmq.StoreIOError):
         rmq.MessageStore(tmp_path / "nothing", CONFIG, read_only=True)

@@ -53,9 +53,10 @@ class FileLock:
     @contextmanager
     def held_for_reading(self) -> Iterator[None]:
         """`held()` for a reader of the files the lock guards, so that it never sees a writer's moment between two
-        renames. Where there is nothing to lock (no directory) or the lock file cannot be made or opened (a
-        read-only directory or mount: nobody there can be replacing the files through rmq either), the reader
-        goes ahead without it, and creates nothing."""
+        renames. A reader never creates the lock file (a read-only store or tool writes nothing): where it does
+        not exist yet (no rmq process ever changed these files: a broker's, or one only read so far), or cannot
+        be opened (a read-only directory or mount: nobody there can be replacing the files through rmq either),
+        the reader goes ahead without it."""
         with self._thread_lock:
             locked = self._acquire(reading=True)
             try:
@@ -69,14 +70,14 @@ class FileLock:
         lock file is out of reach."""
         if self._depth == 0:
             if self._fd is None:
-                if reading and not self.path.parent.is_dir():
-                    return False
                 try:
-                    if not reading:
+                    if reading:
+                        self._fd = os.open(self.path, os.O_RDWR)
+                    else:
                         self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
                 except OSError as e:
-                    if reading and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    if reading and e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS):
                         return False
                     raise
             fcntl.lockf(self._fd, fcntl.LOCK_EX)
