@@ -980,7 +980,11 @@ impl MessageStore {
         self.inner.check_open().map_err(to_py)?;
         let Some(cq) = self.inner.consume_queue(&topic, queue_id) else { return Ok(Vec::new()) };
         let (first, entries) = py.detach(|| cq.entries(from_offset.max(0) as u64, max_entries));
-        Ok(entries.into_iter().enumerate().map(|(i, e)| (first as i64 + i as i64, e.offset, e.size, e.tags_code)).collect())
+        Ok(entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (first as i64 + i as i64, e.offset, e.size, e.tags_code))
+            .collect())
     }
 
     /// Topics that have consume queues, sorted.
