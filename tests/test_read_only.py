@@ -505,10 +505,10 @@ def test_a_view_behind_the_writers_retention_takes_in_every_message_still_stored
     tmp_path: Path, segments_unseen: int
 ) -> None:
     """A view that was behind when the writer's retention deleted segments dropped them before dispatching what
-    they still held: those messages never reached its queues, and every later message of those queues sat at a
-    queue offset too low (a streaming reader beside retention stalled at its end for ever). QA: a view ended at
-    [994, 994, 995, 996] where the store held [1000] * 4. With segments the writer made and deleted between two
-refreshes (never mapped by the view), the view stopped at its last mapped segment and took in nothing more."""
+        they still held: those messages never reached its queues, and every later message of those queues sat at a
+        queue offset too low (a streaming reader beside retention stalled at its end for ever). QA: a view ended at
+        [994, 994, 995, 996] where the store held [1000] * 4. With segments the writer made and deleted between two
+    refreshes (never mapped by the view), the view stopped at its last mapped segment and took in nothing more."""
     root = tmp_path / "s"
     cfg = small_config(file_reserved_time=0, delete_file_batch_max=100, clean_file_forcibly_enable=False)
     body = b"m" * 300

@@ -1020,7 +1020,7 @@ impl MessageStore {
     /// Each index file's name and header as the store holds it (oldest first): (name, beginTimestamp,
     /// endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount). A read-only store's file rebuilt
     /// in memory (the repair a writable open would make) is there too, though not on disk.
-    fn index_file_headers(&self) -> PyResult<Vec<(String, i64, i64, i64, i64, i32, i32)>> {
+    fn index_file_headers(&self) -> PyResult<Vec<IndexFileHeaderTuple>> {
         self.inner.check_open().map_err(to_py)?;
         let Some(index) = self.inner.index() else { return Ok(Vec::new()) };
         Ok(index
@@ -1041,6 +1041,9 @@ impl MessageStore {
         Ok(self.inner.commitlog().queue().files().iter().map(|f| f.path().to_owned()).collect())
     }
 }
+
+/// (name, beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount).
+type IndexFileHeaderTuple = (String, i64, i64, i64, i64, i32, i32);
 
 /// What Python holds of an open store: the `MessageStore` object and each of its `Scanner`s share one, and the
 /// last of them to go closes the store there and then, as `close()` does. The store's services hold it only
