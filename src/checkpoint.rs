@@ -198,7 +198,85 @@ pub fn foreign_entries(root: &Path) -> Result<Vec<String>> {
     Ok(foreign)
 }
 
-/// [`Error::NotAStore`] unless `root` is a directory holding only what a store holds.
+/// The configuration files a broker or rmq keeps in `<root>/config/` (spec §9.1), each also with `.bak`,
+/// `.tmp`, `.lock` and `.journal` after it.
+const CONFIG_FILE_NAMES: &[&str] = &[
+    "consumerOffset.json",
+    "delayOffset.json",
+    "topics.json",
+    "subscriptionGroup.json",
+    "consumerFilter.json",
+    "consumerOrderInfo.json",
+    "messageRequestMode.json",
+    "topicQueueMapping.json",
+    "lmqConsumerOffset.json",
+    "timercheck",
+    "timermetrics",
+];
+
+/// Whether the file at `rel` (a path inside a store's root, in components) is one a store holds: a segment of
+/// the commitlog, a consume queue (`<topic>/<queue id>/` below its directory), the index or the timer log, a
+/// configuration file, a group registry, or one of the root's files.
+fn is_store_file(rel: &[&str]) -> bool {
+    let digits = |name: &str, n: usize| name.len() == n && name.bytes().all(|b| b.is_ascii_digit());
+    match rel {
+        [name] => ["checkpoint", "abort", "abort.bak", "lock", "timerwheel", "epochFileCheckpoint", "brokerIdentity"]
+            .contains(name),
+        ["commitlog" | "timerlog", name] => digits(name, 20),
+        ["index", name] => digits(name, 17),
+        ["consumequeue" | "consumequeue_ext" | "batchconsumequeue", _, _, name] => digits(name, 20),
+        ["compaction", .., name] => digits(name, 20),
+        ["config", name] => {
+            let mut base = *name;
+            while let Some(stem) = [".bak", ".tmp", ".lock", ".journal"].iter().find_map(|x| base.strip_suffix(x)) {
+                base = stem;
+            }
+            CONFIG_FILE_NAMES.contains(&base)
+        }
+        ["rmq-groups", name] => [".registry", ".lock", ".tmp"].iter().any(|x| name.ends_with(x)),
+        _ => false,
+    }
+}
+
+/// The paths (relative to `root`) of the files under `root` that no store holds ([`is_store_file`]), found by
+/// a walk that does not follow symbolic links (removing one removes the link only); at most `limit`.
+fn foreign_files(root: &Path, limit: usize) -> Result<Vec<String>> {
+    let mut foreign = Vec::new();
+    let mut stack = vec![(root.to_owned(), Vec::<String>::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let mut entries = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            let kind = entry.file_type().map_err(|e| Error::io(entry.path(), e))?;
+            entries.push((entry.file_name().to_string_lossy().into_owned(), kind));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, kind) in entries {
+            let mut path = rel.clone();
+            path.push(name);
+            let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+            let known_dir = match parts.as_slice() {
+                [top] => STORE_ROOT_NAMES.contains(top),
+                [top, ..] => !["config", "commitlog", "timerlog", "index", "rmq-groups"].contains(top),
+                [] => false,
+            };
+            let fine =
+                if kind.is_dir() || kind.is_symlink() && parts.len() == 1 { known_dir } else { is_store_file(&parts) };
+            if kind.is_dir() && fine {
+                stack.push((dir.join(&path[path.len() - 1]), path));
+            } else if !fine {
+                foreign.push(path.join("/"));
+                if foreign.len() >= limit {
+                    return Ok(foreign);
+                }
+            }
+        }
+    }
+    foreign.sort();
+    Ok(foreign)
+}
+
+/// [`Error::NotAStore`] unless `root` is a directory holding only what a store holds, at every depth.
 fn check_store_dir(root: &Path) -> Result<()> {
     let not_a_store = |foreign: String| Err(Error::NotAStore { path: root.to_owned(), foreign });
     match std::fs::metadata(root) {
@@ -206,12 +284,12 @@ fn check_store_dir(root: &Path) -> Result<()> {
         Ok(_) => {}
         Err(e) => return Err(Error::io(root, e)),
     }
-    let foreign = foreign_entries(root)?;
+    let foreign = foreign_files(root, 4)?;
     if foreign.is_empty() {
         return Ok(());
     }
     let shown: Vec<String> = foreign.iter().take(3).map(|n| format!("{n:?}")).collect();
-    let more = if foreign.len() > 3 { format!(" and {} more", foreign.len() - 3) } else { String::new() };
+    let more = if foreign.len() > 3 { " and more".to_owned() } else { String::new() };
     not_a_store(format!("it holds other files than a store's: {}{more}", shown.join(", ")))
 }
 
@@ -220,7 +298,7 @@ fn check_store_dir(root: &Path) -> Result<()> {
 /// and nothing is deleted. The lock file goes with the directory; the lock is released after.
 ///
 /// Only a store is deleted, so that a mistyped path never wipes someone's files: a `root` that is not a
-/// directory, or holds anything a store does not ([`STORE_ROOT_NAMES`]; an empty directory is fine), is
+/// directory, or holds anything a store does not at any depth ([`is_store_file`]; an empty directory is fine), is
 /// [`Error::NotAStore`], checked before the lock is taken (which would create `lock` in it) and again with it
 /// held; nothing is deleted or created then.
 pub fn remove_store(root: &Path) -> Result<()> {
@@ -496,7 +574,43 @@ mod tests {
             std::fs::create_dir(home.join(name)).expect("mkdir");
         }
         std::fs::write(home.join("checkpoint"), b"").expect("write");
+        // Inside a store's own directories, a file no store holds is someone's too.
+        for (dir, file, named) in [
+            ("commitlog", "NOTES.txt", "commitlog/NOTES.txt"),
+            ("consumequeue/T/0", "README", "consumequeue/T/0/README"),
+            ("consumequeue/T", "00000000000000000000", "consumequeue/T/00000000000000000000"),
+            ("config/backup/commitlog-copy", "00000000000000000000", "config/backup"),
+            ("config", "mine.json", "config/mine.json"),
+            ("index", "00000000000000000000", "index/00000000000000000000"),
+            ("rmq-groups", "notes", "rmq-groups/notes"),
+        ] {
+            std::fs::create_dir_all(home.join(dir)).expect("mkdir");
+            std::fs::write(home.join(dir).join(file), b"mine").expect("write");
+            let refused = remove_store(&home);
+            assert!(
+                matches!(refused, Err(Error::NotAStore { ref foreign, .. }) if foreign.contains(named)),
+                "{dir}/{file}: {refused:?}"
+            );
+            assert!(home.join(dir).join(file).exists() && !home.join("lock").exists());
+            std::fs::remove_file(home.join(dir).join(file)).expect("rm");
+            if dir.starts_with("config/") {
+                std::fs::remove_dir_all(home.join("config/backup")).expect("rm");
+            }
+        }
+        for (dir, file) in [
+            ("commitlog", "00000000000000000000"),
+            ("consumequeue/T/0", "00000000000000000000"),
+            ("index", "20261130121332412"),
+            ("config", "topics.json.bak"),
+            ("config", "consumerOffset.json.journal"),
+            ("config", "timercheck"),
+            ("rmq-groups", "G.registry"),
+        ] {
+            std::fs::create_dir_all(home.join(dir)).expect("mkdir");
+            std::fs::write(home.join(dir).join(file), b"").expect("write");
+        }
+        std::os::unix::fs::symlink(tmp.path(), home.join("timerlog")).expect("symlink");
         remove_store(&home).expect("a store's files only");
-        assert!(!home.exists());
+        assert!(!home.exists() && tmp.path().exists());
     }
 }

@@ -94,6 +94,11 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     assert reloaded.query_offsets("demo-order-consumers", "%RETRY%demo-order-consumers") == {
         0: sent + g2["sent_to_retry"]
     }
+    # A segment size for the existing store is said and not used (it was an InvalidConfigError, against the docs).
+    out = io.StringIO()
+    third = run_demo(store, messages=5, segment_size=2 * 1024 * 1024, fresh=False, out=out)
+    assert third["messages_before"] > second["messages_scanned"]
+    assert "which it keeps: --segment-size 2097152 sets a new store's" in out.getvalue()
 
 
 BODIES = [b"plain", "标签 ünïcode".encode(), b"two\nlines\ttab", b"\xff\xfe not utf-8 \x00", b""]
@@ -517,3 +522,27 @@ def test_a_store_missing_its_middle_segment_is_checked_as_missing_not_misconfigu
     run = rmq_cli("check", root)
     out = run.stdout + run.stderr
     assert run.returncode == 2 and "a segment is missing" in out and "configured as" not in out, out
+
+
+def test_removing_a_store_refuses_a_users_file_inside_its_directories(tmp_path: Path) -> None:
+    """QA: only a store's top-level names were checked, so `rmq demo --fresh` deleted `commitlog/NOTES.txt` and a
+    user's `config/backup/` with the store. Every file at every depth must be one a store holds; a store as the
+    demo, its consumers, topics and offsets leave it is still deleted."""
+    store = tmp_path / "store"
+    run_demo(store, messages=50, segment_size=64 * 1024, fresh=True, out=io.StringIO())
+    with rmq.MessageStore(store) as s:
+        s.create_topic("Mine", 2)
+    for user_file in (store / "commitlog" / "NOTES.txt", store / "config" / "backup" / "commitlog-copy" / "x"):
+        user_file.parent.mkdir(parents=True, exist_ok=True)
+        user_file.write_text("mine")
+        before = snapshot(store)
+        line = one_line_error(rmq_cli("demo", "--store", store, "--messages", "5", "--fresh", "--no-spark"))
+        assert "holds other files than a store's" in line and "nothing was deleted" in line, line
+        assert str(user_file.relative_to(store)).startswith(line.split('"')[1]), line
+        with pytest.raises(rmq.InvalidArgumentError, match="nothing was deleted"):
+            rmq._native.remove_store(store)
+        assert snapshot(store) == before
+        user_file.unlink()
+        if user_file.parent.name == "commitlog-copy":
+            shutil.rmtree(store / "config" / "backup")
+    assert run_demo(store, messages=5, segment_size=None, fresh=True, out=io.StringIO())["messages_before"] == 0

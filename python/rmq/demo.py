@@ -155,7 +155,8 @@ def run_demo(
     store_dir: Path, messages: int, segment_size: int | None, fresh: bool, out: TextIO | None = None
 ) -> dict[str, object]:
     """Writes a realistic workload into `store_dir`, reads it back, and prints a summary. Returns the summary.
-    `segment_size` None: a store that exists keeps the sizes of its files, a new one gets 1 MiB segments."""
+    A store that exists keeps the sizes of its files (a `segment_size` that differs is said and not used); a new
+    one gets `segment_size`, 1 MiB segments when None."""
 
     def say(text: str) -> None:
         print(text, file=out if out is not None else sys.stdout)
@@ -163,14 +164,16 @@ def run_demo(
     if fresh and store_dir.exists():
         delete_store(store_dir)
     store_destination(store_dir, "the demo's store")  # never a store among someone's files
-    if segment_size is None:
-        log = store_dir / "commitlog"
-        if log.is_dir() and any(log.iterdir()):
-            config = rmq.StoreConfig.from_files(store_dir)
-        else:
-            config = rmq.StoreConfig(mapped_file_size_commit_log=DEFAULT_SEGMENT_SIZE)
+    log = store_dir / "commitlog"
+    if log.is_dir() and any(log.iterdir()):
+        config = rmq.StoreConfig.from_files(store_dir)
+        if segment_size is not None and segment_size != config.mapped_file_size_commit_log:
+            say(
+                f"the store exists with {config.mapped_file_size_commit_log}-byte segments, which it keeps: "
+                f"--segment-size {segment_size} sets a new store's (--fresh starts over)"
+            )
     else:
-        config = rmq.StoreConfig(mapped_file_size_commit_log=segment_size)
+        config = rmq.StoreConfig(mapped_file_size_commit_log=segment_size or DEFAULT_SEGMENT_SIZE)
     segment_size = config.mapped_file_size_commit_log
     rng = random.Random(42)
     started = time.perf_counter()
