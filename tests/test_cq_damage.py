@@ -184,3 +184,48 @@ def test_a_queue_whose_directory_is_gone_after_a_clean_close_stays_gone(
     with rmq.MessageStore(root, CFG) as s:
         assert s.recovery_report["rebuilt_queues"] == []
         assert s.get_max_offset_in_queue("A", 1) == 0
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-5.3.1" / "store"
+FIXTURE_CFG = rmq.StoreConfig(
+    mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=160, max_hash_slot_num=64, max_index_num=128
+)
+
+
+def queue_answers(root: Path, read_only: bool) -> dict[tuple[str, int], list[int]]:
+    with rmq.MessageStore(root, FIXTURE_CFG, read_only=read_only) as s:
+        assert s.recovery_report["rebuilt_queues"] == [], s.recovery_report["rebuilt_reasons"]
+        return {
+            (t, q): [s.get_commitlog_offset_in_queue(t, q, k) for k in range(s.get_max_offset_in_queue(t, q))]
+            for t in s.topics()
+            for q in s.queue_ids(t)
+        }
+
+
+@pytest.mark.parametrize("damage", ["totalsize", "zeroed page"])
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_a_damaged_record_in_an_older_segment_leaves_its_queue_as_rocketmq_serves_it(
+    tmp_path: Path, damage: str, read_only: bool
+) -> None:
+    """QA, on a store RocketMQ 5.3.1 wrote and closed cleanly: one bit of a record's TOTALSIZE flipped, in segment 2
+    of 6. The open took the record's unreadable bytes for a bad consume-queue entry, cut its queue there and
+    dispatched it again without the record: every later message of the queue one queue offset lower than its
+    record says, and than RocketMQ (which never looks at that segment) serves; `rmq recover` wrote that. The
+    entry is kept now, and get_message reports the record."""
+    clean = queue_answers(FIXTURE, read_only=True)
+    root = tmp_path / "s"
+    shutil.copytree(FIXTURE, root)
+    (t, q), offsets = max(clean.items(), key=lambda kv: len(kv[1]))
+    k, record = next((k, o) for k, o in enumerate(offsets) if 65536 * 2 <= o < 65536 * 3 and k > 0)
+    seg = root / "commitlog" / f"{record // 65536 * 65536:020d}"
+    data = bytearray(seg.read_bytes())
+    if damage == "totalsize":
+        data[record % 65536 + 2] ^= 0x10
+    else:
+        page = record % 65536 // 4096 * 4096
+        data[page : page + 4096] = bytes(4096)
+    seg.write_bytes(data)
+    assert queue_answers(root, read_only) == clean
+    with rmq.MessageStore(root, FIXTURE_CFG, read_only=True) as s:
+        r = s.get_message("g", t, q, k, 1)
+        assert any(d[1] == record for d in r.damaged), r.damaged

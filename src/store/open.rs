@@ -526,8 +526,16 @@ fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels
         if e.is_pre_blank() || e.offset < log_min {
             break;
         }
-        let record = log.read(e.offset.max(0) as u64).ok().flatten();
+        let record = log.read(e.offset.max(0) as u64);
+        if record.is_err() && starts_in_damage(log, e.offset.max(0) as u64) {
+            // The log, not the entry, is damaged there: the entry keeps its place (RocketMQ never looks), and
+            // get_message reports the record. Cut, the queue was dispatched again without that message and every
+            // later one of it took a queue offset one lower than its record's.
+            continue;
+        }
         let ok_ts = record
+            .ok()
+            .flatten()
             .filter(|r| entry_names_record(cq, q, &e, r, tags_code(r, delay_levels)))
             .map(|r| r.header.store_timestamp);
         match ok_ts {
@@ -537,6 +545,33 @@ fn verify_tail(cq: &ConsumeQueue, log: &CommitLog, durable_ts: i64, delay_levels
         }
     }
     bad
+}
+
+/// Whether a record may start at `offset` that damage in the log made unreadable: the chain of records from the
+/// start of its segment lands on it, or it lies in bytes that are not records, before the next valid record. An
+/// entry whose offset falls inside an intact record (or past the segment's records) points at no record.
+fn starts_in_damage(log: &CommitLog, offset: u64) -> bool {
+    use crate::commitlog::cursor::{find_valid_record, Step};
+    let Some(file) = log.queue().find(offset) else { return false };
+    let seg_end = file.end().min(log.max_offset());
+    let mut cursor = log.cursor(file.start(), seg_end);
+    loop {
+        let at = cursor.offset();
+        if at >= offset {
+            return at == offset;
+        }
+        match cursor.next() {
+            Some(Step::Record(_)) => {}
+            Some(Step::Partial { .. } | Step::Zero { .. } | Step::Invalid { .. }) => {
+                let next = find_valid_record(log.queue(), at + 1, seg_end, false).unwrap_or(seg_end);
+                if offset < next {
+                    return true;
+                }
+                cursor.seek(next);
+            }
+            Some(Step::Blank { .. } | Step::Missing { .. }) | None => return false,
+        }
+    }
 }
 
 /// How far back from the end of the log an open after a clean close looks for messages missing from the end
