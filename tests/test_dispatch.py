@@ -260,6 +260,27 @@ def test_reput_records_an_error_and_retries(store_dir: Path) -> None:
         assert store.get_max_offset_in_queue("Full", 0) == 1
 
 
+def test_a_queue_whose_directory_cannot_be_made_blocks_dispatch_and_loses_nothing(store_dir: Path) -> None:
+    """QA, on a full ext4 (where a new directory needs a block): a put to a new queue was acknowledged, dispatch
+    could not make the queue's directory and passed over its records, and the queue began after them for good
+    (OFFSET_TOO_SMALL from 0, `rmq check` clean). Dispatch now stops there and retries. A file where the queue's
+    directory belongs fails the same `mkdir` on any file system."""
+    with rmq.MessageStore(store_dir, SMALL) as store:
+        store.put("Old", b"x")
+        assert store.wait_dispatched(30)
+        (store_dir / "consumequeue" / "New").write_bytes(b"in the way")
+        acked = [store.put("New", b"m%d" % i).queue_offset for i in range(3)]
+        store.put("Old", b"y")
+        assert acked == [0, 1, 2]
+        assert _eventually(lambda: store.reput.errors >= 1)
+        assert store.get_max_offset_in_queue("New", 0) == 0 and store.get_max_offset_in_queue("Old", 0) == 1
+        (store_dir / "consumequeue" / "New").unlink()
+        assert store.wait_dispatched(30)
+        r = store.get_message("g", "New", 0, 0, 32)
+        assert [m.body for m in r.messages] == [b"m0", b"m1", b"m2"] and store.get_min_offset_in_queue("New", 0) == 0
+        assert store.get_max_offset_in_queue("Old", 0) == 2 and store.dispatch_issues()[0] == 0
+
+
 def test_without_services_close_dispatches_the_rest(store_dir: Path) -> None:
     store = rmq.MessageStore(store_dir, SMALL, start_services=False)
     assert store.service_stats() == []

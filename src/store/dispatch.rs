@@ -477,7 +477,8 @@ impl Dispatcher<'_> {
                             queues.push((h.queue_id, cq));
                             queues.last().map(|(_, cq)| cq)
                         }
-                        Err(e) => {
+                        // A record naming a queue no directory can hold (damage) is reported and passed over.
+                        Err(e @ Error::InvalidTopic { .. }) => {
                             round.issues.push(DispatchIssue {
                                 offset: h.physical_offset as u64,
                                 reason: format!("no consume queue: {e}"),
@@ -485,6 +486,10 @@ impl Dispatcher<'_> {
                             });
                             None
                         }
+                        // Its directory could not be made (a full disk: ext4 needs a block for a directory):
+                        // dispatch stops here and tries again, as when a consume-queue file cannot be claimed.
+                        // Passed over, the queue's acknowledged messages were never in it.
+                        Err(e) => return Err(e),
                     }
                 }
             };
