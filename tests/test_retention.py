@@ -110,6 +110,32 @@ def test_delete_now_returns_what_it_deleted_and_views_keep_their_bytes(tmp_path:
         assert store.delete_expired_files() is None
 
 
+def test_retention_never_deletes_a_segment_not_dispatched_yet(tmp_path: Path) -> None:
+    """QA: retention (by age, or forced by a full disk) deleted segments the reput service had not dispatched: their
+    acknowledged messages never reached their queue, and the next message of the queue was filed at the queue's
+    old end, every later one at a lower queue offset than its PutResult said, for good."""
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, cfg(file_reserved_time=0), start_services=False) as store:
+        early = [store.put("TopicA", b"e" * 1000).queue_offset for _ in range(10)]
+        store.dispatch_all()
+        backlog = [store.put("TopicA", b"a" * 1000).queue_offset for _ in range(200)]
+        assert len(segments(root)) >= 4
+        dispatched = store.reput_offset
+        done = store.delete_expired_files_now()
+        assert all(int(Path(p).name) + SEG <= dispatched for p in done["commitlog"]), (done, dispatched)
+        store.dispatch_all()
+        later = [store.put("TopicA", b"later-%d" % i).queue_offset for i in range(5)]
+        store.dispatch_all()
+        assert early + backlog + later == list(range(215))
+        for q in later:
+            got = store.get_message("G", "TopicA", 0, q, 1)
+            assert got.status.name == "FOUND" and got.messages[0].queue_offset == q
+        assert store.dispatch_issues()[0] == 0
+        # Once dispatched, what expired goes.
+        assert len(store.delete_expired_files_now()["commitlog"]) >= 3
+        assert store.get_max_offset_in_queue("TopicA", 0) == 215
+
+
 def test_a_read_only_store_deletes_nothing(tmp_path: Path) -> None:
     with rmq.MessageStore(tmp_path, cfg(file_reserved_time=0)) as store:
         fill(store, 100)

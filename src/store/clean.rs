@@ -303,6 +303,12 @@ impl MessageStore {
             if !expired {
                 break;
             }
+            // Never a segment holding records not dispatched yet (a backlog, or dispatch blocked by a full disk,
+            // when the forced clean deletes whatever its age): their messages would never reach their queues,
+            // and the next message of each queue would be filed at a lower queue offset than its record's.
+            if file.end() > self.reput_offset.load(Ordering::Acquire) {
+                break;
+            }
             // The snapshot's first file is the queue's first: cleanup is the only remover of leading files.
             match queue.first() {
                 Some(first) if first.start() == file.start() => {}
