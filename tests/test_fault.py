@@ -52,6 +52,10 @@ def test_sync_flush_failure_returns_flush_disk_timeout_and_poisons_the_store(sto
     assert bodies(store) == [b"m0", b"m1", b"m2"], "only what was flushed is consumable"
     got = store.get_message("G", "T", 0, 0, 32)
     assert [m.body for m in got.messages] == [b"m0", b"m1", b"m2"]
+    # close() cannot make durable what came after the failed flush, and says so (it returned as if it had).
+    with pytest.raises(rmq.StorePoisonedError, match="failed flush"):
+        store.close()
+    assert store.closed
     store.close()
     # Reopening recovers with every acknowledged message (and the one whose flush failed: it was written).
     with rmq.MessageStore(store_dir, config) as again:
@@ -61,7 +65,8 @@ def test_sync_flush_failure_returns_flush_disk_timeout_and_poisons_the_store(sto
         assert again.put("T", b"m4").queue_offset == 4
 
 
-def test_async_flush_failure_raises_and_poisons(small_store: rmq.MessageStore) -> None:
+def test_async_flush_failure_raises_and_poisons(store_dir: Path) -> None:
+    small_store = rmq.MessageStore(store_dir, small_config())
     small_store.put("T", b"a")
     with injected_fault("flush", errno=errno.EIO, path=small_store.path), pytest.raises(rmq.StoreIOError) as info:
         small_store.flush()
@@ -69,6 +74,12 @@ def test_async_flush_failure_raises_and_poisons(small_store: rmq.MessageStore) -
     assert info.value.path is not None and info.value.path.startswith(small_store.path)
     with pytest.raises(rmq.StorePoisonedError):
         small_store.put("T", b"b")
+    # QA: a background flush that failed (a file system gone read-only) left close() returning as if it had
+    # made the puts before it durable.
+    with pytest.raises(rmq.StorePoisonedError):
+        small_store.close()
+    small_store.close()
+    assert (store_dir / "abort").exists()
 
 
 def test_allocate_enospc_is_disk_full_and_uses_no_queue_offset(store_dir: Path) -> None:
@@ -140,3 +151,20 @@ def test_bad_fault_arguments_are_typed_errors() -> None:
     with pytest.raises(rmq.InvalidInputError):
         disarm_faults("nope")
     assert disarm_faults() == 0, "nothing was armed by the rejected calls"
+
+
+def test_a_close_that_failed_says_so_again_when_called_again(store_dir: Path) -> None:
+    """QA: after close() raised (a full disk), a second close() returned as if it had closed cleanly, having done
+    nothing: the abort marker stays and dispatch and the delay offsets were never finished. It says so now, once;
+    the next open recovers, as after a crash."""
+    store = rmq.MessageStore(store_dir, small_config(), start_services=False)
+    store.put("T", b"a")
+    with injected_fault("flush", errno=errno.ENOSPC, path=store_dir), pytest.raises(rmq.DiskFullError):
+        store.close()
+    assert store.closed
+    with pytest.raises(rmq.StorePoisonedError, match="an earlier close.. failed: .*no space left.*abort marker stays"):
+        store.close()
+    store.close()
+    assert (store_dir / "abort").exists()
+    with rmq.MessageStore(store_dir, small_config()) as again:
+        assert again.unclean_shutdown and [m.body for m in again.scan()] == [b"a"]

@@ -89,7 +89,8 @@ def test_a_failed_group_flush_poisons_the_store(store_dir: Path) -> None:
     assert r.status == rmq.PutMessageStatus.FLUSH_DISK_TIMEOUT
     with pytest.raises(rmq.StorePoisonedError):
         store.put("GC", b"refused")
-    store.close()
+    with pytest.raises(rmq.StorePoisonedError):
+        store.close()
 
 
 @pytest.mark.parametrize(

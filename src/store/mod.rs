@@ -54,6 +54,8 @@ pub struct MessageStore {
     generation: u64,
     opened_by: u32,
     state: Mutex<State>,
+    /// Why the last `close` failed, for the next call (which has nothing left to retry).
+    close_failure: Mutex<Option<String>>,
     /// `state` is `Open` (set with it, cleared before it leaves `Open`): every put checks it.
     writable: AtomicBool,
     queues: ConsumeQueueStore,
@@ -480,6 +482,7 @@ impl MessageStore {
             std::mem::replace(&mut *state, State::Closed)
         };
         drop(cleaning);
+        let was_open = matches!(previous, State::Open { .. });
         let result = match previous {
             State::Open { _lock, abort } => (|| {
                 self.commitlog.commit(0)?;
@@ -492,8 +495,21 @@ impl MessageStore {
                 self.schedule.persist(self)?;
                 abort.remove()
             })(),
-            State::ReadOnly | State::Poisoned(_) | State::Closed => Ok(()),
+            // What was put since the flush failed was never made durable: the close says so.
+            State::Poisoned(why) => Err(Error::Poisoned(why)),
+            State::ReadOnly => Ok(()),
+            // A close after one that failed: that one's work cannot be finished now (the services are stopped
+            // and the store closed); the next open recovers it, as after a crash.
+            State::Closed => match self.close_failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(why) => Err(Error::Poisoned(format!(
+                    "an earlier close() failed: {why}; it cannot be finished now, and the abort marker stays"
+                ))),
+                None => Ok(()),
+            },
         };
+        if let (Err(e), true) = (&result, was_open) {
+            *self.close_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        }
         self.notify_dispatched();
         result
     }

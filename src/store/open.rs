@@ -373,6 +373,7 @@ impl MessageStore {
             generation: crate::fork::generation(),
             opened_by: std::process::id(),
             state: Mutex::new(State::Closed),
+            close_failure: Mutex::new(None),
             writable: AtomicBool::new(false),
             queues,
             index,
