@@ -110,3 +110,27 @@ def test_full_tmpfs(tmpfs: Path | None, tmp_path: Path, capsys: pytest.CaptureFi
 def test_full_disk_simulated_by_the_fault_seam(tmp_path: Path) -> None:
     (tmp_path / "fs").mkdir()
     check_scenario(tmp_path / "fs", tmp_path, simulate=True)
+
+
+def test_a_lock_file_that_cannot_be_made_on_a_full_disk_is_disk_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QA, on a full ext4: `PushConsumer.start()` raised a bare `OSError` (ENOSPC making `rmq-groups/`) where every
+    other full-disk failure is `rmq.DiskFullError`."""
+    import os
+    from typing import Any
+
+    import rmq
+    from rmq._flock import FileLock
+
+    real = os.open
+
+    def full(path: Any, flags: int, *args: Any) -> int:
+        if str(path).endswith("G.lock") and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", full)
+    with pytest.raises(rmq.DiskFullError) as info, FileLock.of(tmp_path / "rmq-groups" / "G.lock").held():
+        pass
+    assert info.value.errno == errno.ENOSPC and "G.lock" in str(info.value)

@@ -385,6 +385,42 @@ def test_a_replay_killed_part_way_resumes_without_appending_twice(src: Path, tmp
     assert _replayed(dst) == want
 
 
+def test_a_replay_cut_short_by_a_full_disk_says_to_resume(
+    src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """QA: a replay that met a full disk said "free space and retry", and rerunning the same command appended every
+    message again after those already appended (5585 where the source had 3000). The error now says to rerun with
+    --resume, which goes on after them."""
+    import rmq.cli as cli
+    import rmq.export as export_module
+
+    real = export_module.replay
+
+    class FullAfter:
+        def __init__(self, store: rmq.MessageStore, k: int) -> None:
+            self.store, self.k = store, k
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.store, name)
+
+        def put(self, *args: Any, **kwargs: Any) -> Any:
+            if self.k == 0:
+                raise rmq.DiskFullError(errno.ENOSPC, "no space left on the device for x; free space and retry")
+            self.k -= 1
+            return self.store.put(*args, **kwargs)
+
+    monkeypatch.setattr(export_module, "replay", lambda source, dst, *a, **k: real(source, FullAfter(dst, 20), *a, **k))
+    dst = tmp_path / "dst"
+    args = ["replay", str(src), str(dst), "--topic", "ExA", "--max-hash-slot-num", "16", "--max-index-num", "32"]
+    assert cli.main(args) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "rerun with --resume to go on after them" in err, err
+    assert len(_replayed(dst)) == 20
+    monkeypatch.setattr(export_module, "replay", real)
+    assert cli.main([*args, "--resume"]) == 0
+    assert [m[2] for m in _replayed(dst)] == [r["body"] for r in everything(src) if r["topic"] == "ExA"]
+
+
 def test_resume_refuses_a_destination_this_replay_did_not_fill(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
     with rmq.MessageStore(dst, CONFIG) as s:

@@ -79,6 +79,9 @@ class FileLock:
                 except OSError as e:
                     if reading and e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS):
                         return False
+                    full = as_disk_full(e, f"making the lock file {self.path}")
+                    if full is not e:  # ext4 needs a block for a new directory (`rmq-groups/`)
+                        raise full from e
                     raise
             fcntl.lockf(self._fd, fcntl.LOCK_EX)
         self._depth += 1

@@ -266,17 +266,27 @@ def cmd_export(args: argparse.Namespace) -> int:
             # destination's newest message, which `--resume` could not place. Dispatched before the close.
             left_out: dict[str, int] = {}
             with rmq.MessageStore(args.dst, store_config(args), start_services=False) as dst:
-                n = replay(
-                    store,
-                    dst,
-                    sel,
-                    to_topic=args.to_topic,
-                    skipped=skipped,
-                    damaged=damaged,
-                    progress=progress,
-                    resume=args.resume,
-                    left_out=left_out,
-                )
+                before = dst.max_offset
+                try:
+                    n = replay(
+                        store,
+                        dst,
+                        sel,
+                        to_topic=args.to_topic,
+                        skipped=skipped,
+                        damaged=damaged,
+                        progress=progress,
+                        resume=args.resume,
+                        left_out=left_out,
+                    )
+                except rmq.RmqError as e:
+                    if dst.max_offset == before:
+                        raise
+                    # Rerunning the same command would append everything again after what was appended.
+                    raise CommandError(
+                        f"{error_line(e)}; the destination kept the messages appended before that: rerun with "
+                        "--resume to go on after them (without it every message is appended again)"
+                    ) from e
                 dst.wait_dispatched(3600)
             result = {"replayed": n, "dst": str(args.dst), "left_out": left_out}
             what = "were not replayed"
