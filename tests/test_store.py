@@ -851,3 +851,32 @@ def test_a_store_of_more_files_than_the_soft_open_file_limit_opens(tmp_path: Pat
     after = {p: p.read_bytes() for p in store.rglob("*") if p.is_file() and p.name != "lock"}
     assert after == before
     assert not (store / "abort").exists()
+
+
+@pytest.mark.parametrize("call", ["wait_arrival", "wait_queue_beyond", "pull_block_if_not_found"])
+def test_ctrl_c_interrupts_a_long_wait(tmp_path: Path, call: str) -> None:
+    """QA: SIGINT during a long poll was acted on only when its whole timeout had passed (any finite timeout is
+    accepted: Ctrl-C could be lost for good). The waits take the GIL back every 0.1 s to run signal handlers."""
+    script = f"""
+import os, signal, sys, threading, time
+import rmq
+s = rmq.MessageStore({str(tmp_path / "s")!r})
+s.put("T", b"x")
+s.wait_dispatched()
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    if {call!r} == "wait_arrival":
+        s.wait_arrival(s.arrival_seq, 600)
+    elif {call!r} == "wait_queue_beyond":
+        s.wait_queue_beyond("T", 0, 5, 600)
+    else:
+        rmq.PullConsumer(s, "G").pull_block_if_not_found(("T", 0), 1, timeout=600)
+    sys.exit("returned without an interrupt")
+except KeyboardInterrupt:
+    print(round(time.monotonic() - t0, 1))
+s.close()
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert float(p.stdout) < 60, p.stdout

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
@@ -726,10 +727,17 @@ impl MessageStore {
         py: Python<'_>,
         #[pyo3(from_py_with = args::count_u64)] seen: u64,
         #[pyo3(from_py_with = args::seconds)] timeout: f64,
-    ) -> u64 {
+    ) -> PyResult<u64> {
         let inner = &self.inner;
-        let timeout = args::duration(timeout);
-        py.detach(|| inner.wait_arrival(seen, timeout))
+        let deadline = Instant::now().checked_add(args::duration(timeout));
+        loop {
+            let (slice, last) = wait_slice(deadline);
+            let seq = py.detach(|| inner.wait_arrival(seen, slice));
+            if seq != seen || last || inner.is_closed() {
+                return Ok(seq);
+            }
+            py.check_signals()?;
+        }
     }
 
     /// Wakes every thread in `wait_arrival` (the sequence advances without an arrival).
@@ -746,10 +754,19 @@ impl MessageStore {
         #[pyo3(from_py_with = args::java_int)] queue_id: i32,
         #[pyo3(from_py_with = args::java_long)] offset: i64,
         #[pyo3(from_py_with = args::seconds)] timeout: f64,
-    ) -> bool {
+    ) -> PyResult<bool> {
         let inner = &self.inner;
-        let timeout = args::duration(timeout);
-        py.detach(|| inner.wait_queue_beyond(&topic, queue_id, offset, timeout))
+        let deadline = Instant::now().checked_add(args::duration(timeout));
+        loop {
+            let (slice, last) = wait_slice(deadline);
+            if py.detach(|| inner.wait_queue_beyond(&topic, queue_id, offset, slice)) {
+                return Ok(true);
+            }
+            if last || inner.is_closed() {
+                return Ok(false);
+            }
+            py.check_signals()?;
+        }
     }
 
     /// Dispatches everything written so far on the calling thread; returns the number of records.
@@ -1040,6 +1057,16 @@ impl MessageStore {
         self.inner.check_open().map_err(to_py)?;
         Ok(self.inner.commitlog().queue().files().iter().map(|f| f.path().to_owned()).collect())
     }
+}
+
+/// How long a wait with the GIL released lasts before the thread takes it back to run Python's signal handlers
+/// (Ctrl-C raises `KeyboardInterrupt` within this, not at the end of a long poll).
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// The next slice of a wait until `deadline` (None: beyond any clock), and whether it is the last.
+fn wait_slice(deadline: Option<Instant>) -> (Duration, bool) {
+    let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+    (left.min(SIGNAL_CHECK), left <= SIGNAL_CHECK)
 }
 
 /// (name, beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount).
