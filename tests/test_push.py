@@ -428,3 +428,52 @@ def test_a_consumer_starts_once_and_not_on_a_closed_store(tmp_path: Path) -> Non
     with pytest.raises(rmq.StoreClosedError):
         late.start()
     assert not [t.name for t in threading.enumerate() if t.name.startswith(("rmq-pull", "rmq-consume", "rmq-group"))]
+
+
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
+def test_a_listener_that_shuts_its_consumer_down_leaves_the_group(tmp_path: Path, orderly: bool) -> None:
+    """QA: `shutdown()` from inside the listener joined the listener's own thread ("cannot join current thread")
+    half-way: the member never left the group, its offsets were not persisted, and a later member got only the
+    queues it had not held (messages of the rest never consumed). The shutdown now runs on a thread of its own
+    and finishes once the listener returned; a `shutdown()` from elsewhere waits for it."""
+    from rmq.orderly import ConsumeOrderlyStatus
+
+    with rmq.MessageStore(tmp_path / "s", small_config()) as store:
+        for i in range(40):
+            store.put("T", b"%d" % i, queue_id=i % 4)
+        offsets = ConsumerOffsetManager(store.consumer_offset_path)
+        asked = threading.Event()
+        holder: dict[str, PushConsumer] = {}
+
+        first: list[bytes] = []
+
+        def listener(msgs: list[rmq.MessageExt], ctx: object) -> object:
+            first.extend(m.body for m in msgs)
+            if not asked.is_set():
+                asked.set()
+                holder["c"].shutdown()  # returns at once: the shutdown waits for this batch
+            return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeStatus.CONSUME_SUCCESS
+
+        c1 = PushConsumer(store, "G", "T", listener, offsets=offsets, consumer_id="c1", orderly=orderly,
+                          consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)  # fmt: skip
+        holder["c"] = c1
+        c1.start()
+        assert asked.wait(30)
+        c1.shutdown()  # waits for the one the listener started
+        assert c1.group_owners() == {} and c1.assigned_queues() == []
+        got: list[bytes] = []
+        lock = threading.Lock()
+
+        def collect(msgs: list[rmq.MessageExt], ctx: object) -> object:
+            with lock:
+                got.extend(m.body for m in msgs)
+            return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeStatus.CONSUME_SUCCESS
+
+        with PushConsumer(store, "G", "T", collect, offsets=offsets, consumer_id="c2", orderly=orderly,
+                          consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as c2:  # fmt: skip
+            everything = {b"%d" % i for i in range(40)}
+            deadline = time.monotonic() + 60
+            while not everything <= set(got) | set(first) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(c2.assigned_queues()) == 5  # the 4 queues and the retry queue
+        assert everything <= set(got) | set(first)

@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The consumer whose listener the current thread is running (`.consumer`; None outside a listener call): its
+#: `shutdown()` from inside the listener must not wait for the listener's own batch.
+IN_LISTENER = threading.local()
+
 #: `DefaultMQPushConsumer.suspendCurrentQueueTimeMillis`.
 DEFAULT_SUSPEND_MILLIS = 1000
 #: `MAX_TIME_CONSUME_CONTINUOUSLY`: a queue's consume loop yields its thread after this many seconds.
@@ -416,6 +420,7 @@ class OrderlyService:
                 ctx = ConsumeOrderlyContext(pq.mq, c.consumer_id)
                 status: object = None
                 try:
+                    IN_LISTENER.consumer = c
                     status = self.listener(list(msgs), ctx)
                 except Exception:
                     log.exception("orderly listener failed; the queue is suspended a moment")
@@ -429,6 +434,8 @@ class OrderlyService:
                             self._release_locked(pq)
                         o.consume_lock.release()
                     raise
+                finally:
+                    IN_LISTENER.consumer = None
                 if not isinstance(status, ConsumeOrderlyStatus):
                     if status is not None:
                         log.warning("orderly listener returned %r; the queue is suspended a moment", status)

@@ -47,6 +47,7 @@ from rmq.group import LEASE_RECHECK, ConsumerGroup
 from rmq.local_offsets import LocalFileOffsetStore
 from rmq.orderly import (
     DEFAULT_SUSPEND_MILLIS,
+    IN_LISTENER,
     ORDERLY_MAX_RECONSUME_TIMES,
     MessageListenerOrderly,
     OrderlyProcessQueue,
@@ -364,6 +365,10 @@ class PushConsumer:
         self._pqs_lock = threading.Lock()
         self._releasing: dict[MessageQueue, ProcessQueue] = {}  # orderly queues dropped, not yet released
         self._running = threading.Event()
+        self._shutdown_lock = threading.Lock()  # one shutdown at a time
+        self._shutdown_thread_lock = threading.Lock()
+        self._shutdown_thread: threading.Thread | None = None  # the one a listener asked for
+        self._started = threading.Event()  # start() has returned (or raised)
         self._stopping = threading.Event()
         self._waiter = ArrivalWaiter.of(store)
         # A broadcasting consumer is a group of its own: it takes every queue and rebalances with nobody.
@@ -408,6 +413,8 @@ class PushConsumer:
                 self._orderly.close()
             self._unfence()
             raise
+        finally:
+            self._started.set()  # a shutdown its listener asked for meanwhile goes on once joined
         return self
 
     def _fence(self) -> None:
@@ -436,6 +443,35 @@ class PushConsumer:
         step is taken even when one fails (a full disk: the group's registry or the offsets cannot be written),
         and the first failure is raised at the end; the queues of a member that could not record its leaving
         are taken over by the others when its lease runs out."""
+        if getattr(IN_LISTENER, "consumer", None) is self:
+            if not self._running.is_set():
+                return
+            # Called by this consumer's own listener, whose batch the shutdown waits for (and whose thread it
+            # would join): it runs on a thread of its own and finishes once the listener has returned. Joining
+            # here raised "cannot join current thread" half-way, and the member kept its queues.
+            with self._shutdown_thread_lock:
+                if self._shutdown_thread is None:
+                    thread = threading.Thread(target=self._shutdown_in_background, name=f"{self.consumer_id}-shutdown")
+                    thread.start()
+                    self._shutdown_thread = thread
+            return
+        # Returns once the member is out: after the shutdown its listener started, or another thread's.
+        with self._shutdown_thread_lock:
+            background = self._shutdown_thread
+        if background is not None:
+            background.join()
+        with self._shutdown_lock:
+            self._shutdown_locked()
+
+    def _shutdown_in_background(self) -> None:
+        self._started.wait()
+        try:
+            with self._shutdown_lock:
+                self._shutdown_locked()
+        except Exception:
+            log.exception("%s: the shutdown its listener asked for failed", self.consumer_id)
+
+    def _shutdown_locked(self) -> None:
         if not self._running.is_set():
             return
         self._stop_threads()
@@ -750,11 +786,14 @@ class PushConsumer:
         try:
             ctx = ConsumeContext(pq.mq, self.consumer_id)
             try:
+                IN_LISTENER.consumer = self
                 status = cast(MessageListener, self.listener)(msgs, ctx)
             except Exception:
                 log.exception("listener failed; the batch will be reconsumed")
                 self.stats.listener_errors += 1
                 status = ConsumeStatus.RECONSUME_LATER
+            finally:
+                IN_LISTENER.consumer = None
             if status is not ConsumeStatus.CONSUME_SUCCESS and self.broadcasting:
                 # ConsumeMessageConcurrentlyService: BROADCASTING drops a failed message (logs it), never sends it
                 # back.
