@@ -183,6 +183,7 @@ fn a_failed_sync_flush_poisons_the_store_and_reopening_keeps_every_acknowledged_
     assert!(matches!(store.flush(), Err(Error::Poisoned(_))), "nothing is declared durable any more");
     dispatch_all(&store).unwrap();
     check_queue(&store, 7); // dispatch stops at the last durable message under SYNC_FLUSH
+    assert!(matches!(store.close(), Err(Error::Poisoned(_))), "close says what it could not make durable");
     store.close().unwrap();
     assert!(AbortFile::exists(root), "a poisoned store does not claim a clean shutdown");
     drop(store);
