@@ -531,8 +531,12 @@ pub fn size_damage(path: &Path, start: u64, len: u64, file_size: u64, derived: b
             if derived {
                 "a read-only open reads past it (`rmq check` reports it); to repair, move the store's consumequeue \
                  directory aside and open the store: it rebuilds every consume queue from the commitlog"
+            } else if path.parent().and_then(Path::file_name).is_some_and(|d| d == "index") {
+                "the index is derived from the commitlog: move the store's index directory aside and open the \
+                 store, which rebuilds it"
             } else {
-                "restore it from a copy, or move the directory aside to rebuild it"
+                // Moving the commitlog aside (the advice once given for any such file) empties the store.
+                "restore it from a copy: the commitlog holds the only copy of its messages, so never move it aside"
             }
         ),
     }

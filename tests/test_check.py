@@ -218,6 +218,7 @@ def test_truncation_verdict_counts_what_rocketmq_drops(base: tuple[Path, list[in
         ("missing segment", "a segment is missing"),
         ("stray file", "move this file out of the directory"),
         ("truncated segment", "it was truncated"),
+        ("truncated index file", "move the store's index directory aside"),
     ],
 )
 def test_unreadable_store_exits_2(base: tuple[Path, list[int]], tmp_path: Path, name: str, says: str) -> None:
@@ -228,12 +229,19 @@ def test_unreadable_store_exits_2(base: tuple[Path, list[int]], tmp_path: Path, 
         segs[1].unlink()
     elif name == "stray file":
         (root / "commitlog" / "notes.txt").write_text("mine")
+    elif name == "truncated index file":
+        index = sorted((root / "index").iterdir())
+        assert len(index) >= 2, index
+        index[0].write_bytes(index[0].read_bytes()[: index[0].stat().st_size // 2])
     else:
         segs[2].write_bytes(segs[2].read_bytes()[:1000])
     before = snapshot(root)
     code, out, err = run(root)
     assert code == 2, (out, err)
     assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+    if name == "truncated segment":
+        # QA: the advice was "or move the directory aside to rebuild it", which for the commitlog empties the store.
+        assert "never move it aside" in err and "rebuild" not in err, err
     assert snapshot(root) == before
 
 
