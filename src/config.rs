@@ -38,6 +38,18 @@ pub enum Value {
     Null,
 }
 
+/// As an error message shows a value given: Python's spelling, which is where settings mostly come from.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            Value::Str(s) => write!(f, "{s:?}"),
+            Value::Null => f.write_str("None"),
+        }
+    }
+}
+
 /// The type of a setting, for bindings and property files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -74,7 +86,7 @@ macro_rules! int_setting_type {
             fn from_value(v: Value) -> std::result::Result<Self, String> {
                 match v {
                     Value::Int(n) => <$t>::try_from(n).map_err(|_| format!("{n} is out of range")),
-                    other => Err(format!("must be an int, got {other:?}")),
+                    other => Err(format!("must be an int, got {other}")),
                 }
             }
         }
@@ -90,7 +102,7 @@ impl SettingType for bool {
     fn from_value(v: Value) -> std::result::Result<Self, String> {
         match v {
             Value::Bool(b) => Ok(b),
-            other => Err(format!("must be a bool, got {other:?}")),
+            other => Err(format!("must be a bool, got {other}")),
         }
     }
 }
@@ -103,7 +115,7 @@ impl SettingType for String {
     fn from_value(v: Value) -> std::result::Result<Self, String> {
         match v {
             Value::Str(s) => Ok(s),
-            other => Err(format!("must be a str, got {other:?}")),
+            other => Err(format!("must be a str, got {other}")),
         }
     }
 }
@@ -117,7 +129,7 @@ impl SettingType for Option<String> {
         match v {
             Value::Str(s) => Ok(Some(s)),
             Value::Null => Ok(None),
-            other => Err(format!("must be a str or None, got {other:?}")),
+            other => Err(format!("must be a str or None, got {other}")),
         }
     }
 }
@@ -130,7 +142,7 @@ impl SettingType for SocketAddr {
     fn from_value(v: Value) -> std::result::Result<Self, String> {
         match v {
             Value::Str(s) => s.parse().map_err(|_| format!("{s:?} is not an ip:port address")),
-            other => Err(format!("must be a str, got {other:?}")),
+            other => Err(format!("must be a str, got {other}")),
         }
     }
 }
@@ -145,7 +157,7 @@ macro_rules! choice_setting_type {
             fn from_value(v: Value) -> std::result::Result<Self, String> {
                 match v {
                     $(Value::Str(s) if s == $name => Ok(<$t>::$variant),)*
-                    other => Err(format!("must be one of {}, got {other:?}", [$($name),*].join(", "))),
+                    other => Err(format!("must be one of {}, got {other}", [$($name),*].join(", "))),
                 }
             }
         }

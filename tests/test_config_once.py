@@ -113,6 +113,9 @@ def test_a_bad_setting_is_a_typed_error_naming_it_and_creates_nothing(
     tmp_path: Path, settings: dict[str, Any], error: type[Exception]
 ) -> None:
     native = {**StoreConfig().to_native(), **settings}
-    with pytest.raises(error, match=next(iter(settings))):
+    with pytest.raises(error, match=next(iter(settings))) as info:
         _native.MessageStore(str(tmp_path / "s"), native, "strict", False)
     assert not (tmp_path / "s").exists()
+    assert "Str(" not in str(info.value) and "Int(" not in str(info.value)  # no Rust spelling of the value
+    if settings == {"flush_disk_type": "SOMETIMES"}:
+        assert str(info.value).endswith('got "SOMETIMES"'), info.value

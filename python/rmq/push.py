@@ -258,6 +258,11 @@ def _check_push_args(a: dict[str, object]) -> None:
         if lod is not None and not isinstance(lod, str | os.PathLike):
             raise ArgumentTypeError(f"local_offset_store_dir must be a str or os.PathLike, got {type(lod).__name__}")
     else:
+        if a["offsets"] is None:
+            raise ArgumentTypeError(
+                "a clustering consumer needs offsets=ConsumerOffsetManager(store.consumer_offset_path), where its "
+                "group's committed offsets live (offsets=None is for broadcasting consumers, whose offsets are local)"
+            )
         instance("offsets", ConsumerOffsetManager, "a ConsumerOffsetManager")
         if a["local_offset_store_dir"] is not None:
             raise _native.InvalidArgumentError("local_offset_store_dir is for broadcasting consumers")
