@@ -258,7 +258,7 @@ def test_a_store_being_written_checks_clean_and_then_a_kill_is_a_torn_write(tmp_
             assert rep["clean"], rep["findings"]
             # Beside the note on the writer, the one on the segment it made ahead (when it has).
             (note,) = [f for f in rep["findings"] if "(pre-allocated)" not in f["what"]]
-            assert note["kind"] == "note" and f"by process {writer.pid}" in note["what"]
+            assert note["kind"] == "note" and f"(process {writer.pid} holds its lock)" in note["what"]
             assert rep["records"] > 0 and rep["rmq_verdict"].startswith("clean")
         code, out, err = run(root)
         assert code == 0, out + err

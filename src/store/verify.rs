@@ -139,7 +139,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     let mut queueless = Queueless::new();
     let walk = walk_log(log, &mut rep, &mut seen, &mut queueless, &delay_levels, horizon);
     if let Some(pid) = live {
-        let who = if pid == 0 { "in this process".to_owned() } else { format!("by process {pid}") };
+        let who = if pid == 0 { "this process".to_owned() } else { format!("process {pid}") };
         rep.findings.push(Finding {
             area: "commitlog",
             kind: "note",
