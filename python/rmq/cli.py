@@ -335,6 +335,15 @@ def cmd_recover(args: argparse.Namespace) -> int:
         for q, why in zip(recovery["rebuilt_queues"], recovery["rebuilt_reasons"], strict=True)
     ]
     lines += [f"index: {what}" for what in recovery["rebuilt_index_files"]]
+    if recovery["redispatched_records"]:
+        # A crash's dispatch backlog, or entries the derived files lost: taken in again from the log.
+        lines.append(
+            f"dispatched {recovery['redispatched_records']} records from commitlog offset "
+            f"{recovery['dispatched_from']} again: {recovery['rebuilt_cq_entries']} consume-queue entries and "
+            f"{recovery['reindexed_keys']} index keys that were missing"
+        )
+    if report["removed_files"]:
+        lines.append(f"removed {report['removed_files']} segment file(s) after the end of the log (one made ahead of it holds nothing)")
     if args.json:
         derived = {k: recovery[k] for k in ("rebuilt_queues", "rebuilt_reasons", "rebuilt_index_files")}
         print_json({"store": str(store), "mode": args.mode, "open_report": report, **derived})
