@@ -343,7 +343,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
             f"{recovery['reindexed_keys']} index keys that were missing"
         )
     if report["removed_files"]:
-        lines.append(f"removed {report['removed_files']} segment file(s) after the end of the log (one made ahead of it holds nothing)")
+        lines.append(
+            f"removed {report['removed_files']} segment file(s) after the end of the log (one made ahead of it holds nothing)"
+        )
     if args.json:
         derived = {k: recovery[k] for k in ("rebuilt_queues", "rebuilt_reasons", "rebuilt_index_files")}
         print_json({"store": str(store), "mode": args.mode, "open_report": report, **derived})
