@@ -344,7 +344,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
         )
     if report["removed_files"]:
         lines.append(
-            f"removed {report['removed_files']} segment file(s) after the end of the log (one made ahead of it holds nothing)"
+            f"removed {report['removed_files']} segment file(s) after the end of the log "
+            "(one made ahead of it holds nothing)"
         )
     if args.json:
         derived = {k: recovery[k] for k in ("rebuilt_queues", "rebuilt_reasons", "rebuilt_index_files")}
