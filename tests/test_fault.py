@@ -72,6 +72,7 @@ def test_async_flush_failure_raises_and_poisons(store_dir: Path) -> None:
         small_store.flush()
     assert not isinstance(info.value, rmq.DiskFullError)
     assert info.value.path is not None and info.value.path.startswith(small_store.path)
+    assert info.value.errno == errno.EIO  # as an OSError has it (it was missing)
     with pytest.raises(rmq.StorePoisonedError):
         small_store.put("T", b"b")
     # QA: a background flush that failed (a file system gone read-only) left close() returning as if it had
@@ -168,3 +169,13 @@ def test_a_close_that_failed_says_so_again_when_called_again(store_dir: Path) ->
     assert (store_dir / "abort").exists()
     with rmq.MessageStore(store_dir, small_config()) as again:
         assert again.unclean_shutdown and [m.body for m in again.scan()] == [b"a"]
+
+
+def test_a_read_only_file_system_says_to_open_the_store_read_only(store_dir: Path) -> None:
+    with rmq.MessageStore(store_dir, small_config()) as store:
+        store.put("T", b"a")
+        with injected_fault("flush", errno=errno.EROFS, path=store_dir), pytest.raises(rmq.StoreIOError) as info:
+            store.flush()
+        assert info.value.errno == errno.EROFS and "read_only=True" in str(info.value), info.value
+        with pytest.raises(rmq.StorePoisonedError):
+            store.close()

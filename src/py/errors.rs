@@ -156,7 +156,17 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// Converts a core error to its Python exception, with `status`, `path` and `offset` attributes.
 pub(crate) fn to_py(err: Error) -> PyErr {
-    let msg = err.to_string();
+    let mut msg = err.to_string();
+    // The operating system's error number of a failed I/O call (`StoreIOError.errno`, as an `OSError` has).
+    let os_errno = match &err {
+        Error::Io { source, .. } => source.raw_os_error(),
+        _ => None,
+    };
+    if os_errno == Some(libc::EROFS) {
+        msg.push_str(
+            "; the file system is read-only: rmq.MessageStore(path, read_only=True) reads the store without writing",
+        );
+    }
     let status = err.put_status();
     let (path, offset) = match &err {
         Error::Corruption { path, offset, .. } => (Some(path.display().to_string()), Some(*offset)),
@@ -198,6 +208,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         let _ = value.setattr("status", status.map(PutMessageStatus::from));
         let _ = value.setattr("path", path);
         let _ = value.setattr("offset", offset);
+        if value.is_instance_of::<StoreIOError>() && !value.is_instance_of::<PyOSError>() {
+            let _ = value.setattr("errno", os_errno);
+        }
     });
     py_err
 }
