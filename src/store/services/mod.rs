@@ -184,6 +184,8 @@ pub struct ServiceStats {
 #[derive(Debug, Default)]
 pub struct Services {
     started: AtomicBool,
+    /// `shutdown` ran: no service starts after it (set under the `threads` lock, which `spawn` holds).
+    shut: AtomicBool,
     threads: Mutex<Vec<Running>>,
     /// The reput service, woken by every put without a look-up.
     reput: std::sync::OnceLock<Arc<ServiceThread>>,
@@ -204,6 +206,11 @@ impl Services {
         service: Arc<ServiceThread>,
         body: impl FnOnce(&ServiceThread) + Send + 'static,
     ) -> Result<()> {
+        // Held until the service is listed: a `close` racing `start_services` either stops it or refuses it.
+        let mut threads = self.threads();
+        if self.shut.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         let svc = service.clone();
         svc.running.store(true, Ordering::Release);
         let handle = std::thread::Builder::new()
@@ -225,7 +232,7 @@ impl Services {
         if service.name == reput::NAME {
             let _ = self.reput.set(service.clone());
         }
-        self.threads().push((service, Some(handle)));
+        threads.push((service, Some(handle)));
         Ok(())
     }
 
@@ -248,7 +255,11 @@ impl Services {
     /// Stops every service, newest first, and waits for each thread (except the calling one, when a service
     /// itself drops the last reference to the store). Idempotent.
     pub(crate) fn shutdown(&self) {
-        let threads: Vec<_> = std::mem::take(&mut *self.threads());
+        let threads: Vec<_> = {
+            let mut threads = self.threads();
+            self.shut.store(true, Ordering::Release);
+            std::mem::take(&mut *threads)
+        };
         let me = std::thread::current().id();
         for (svc, handle) in threads.into_iter().rev() {
             svc.stop();
@@ -329,6 +340,18 @@ impl MessageStore {
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    #[test]
+    fn no_service_starts_after_the_shutdown() {
+        // `start_services` racing `close`: a service spawned after `shutdown` took the list was never stopped.
+        let services = Services::default();
+        services.spawn(ServiceThread::new("first"), |s| while s.wait_for_running(Duration::from_secs(30)) {}).unwrap();
+        services.shutdown();
+        let late = ServiceThread::new("late");
+        let refused = services.spawn(late.clone(), |s| while s.wait_for_running(Duration::from_secs(30)) {});
+        assert!(matches!(refused, Err(Error::Closed)), "{refused:?}");
+        assert!(services.stats().is_empty() && !late.running.load(Ordering::Acquire));
+    }
 
     #[test]
     fn a_wakeup_before_the_wait_is_not_lost_and_stop_ends_the_loop() {
