@@ -7,7 +7,6 @@ Records are also decoded from their raw bytes by `conftest.parse_record`, indepe
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -881,4 +880,3 @@ s.close()
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert float(p.stdout) < 60, p.stdout
-
