@@ -113,8 +113,8 @@ def test_options_are_checked_before_anything_is_read(tmp_path: Path) -> None:
         source = rs.RocketMQDataSource({**base, **extra})
         with pytest.raises(rmq.InvalidConfigError, match=match):
             source.reader(rs.SCHEMA)
-        with pytest.raises(rmq.InvalidConfigError, match=match):
-            source.streamReader(rs.SCHEMA)
+        with pytest.raises(rmq.InvalidConfigError, match=match):  # at Spark's first call (see the next test)
+            source.streamReader(rs.SCHEMA).initialOffset()
     rs.check_read_options({o.lower(): "1" for o in rs.READ_OPTIONS})  # every documented option is taken
 
 
@@ -380,6 +380,20 @@ def test_stream_limits_pattern_new_queues_and_latest(spark: SparkSession, tmp_pa
         store.wait_dispatched()
     run_available_now(spark, root, out2, ckpt2, topics="OrdersEU")
     assert keyed(output(spark, out2)) == [("OrdersEU", 0, o) for o in (50, 51, 52)]
+
+
+def test_a_refused_stream_option_fails_the_query_with_rmqs_error(spark: SparkSession, tmp_path: Path) -> None:
+    """QA: an option a stream does not read (`splitSize`) failed the query with PySpark's UnboundLocalError
+    ("cannot access local variable 'reader'": its runner's `finally: reader.stop()` after the reader's creation
+    raised); rmq's InvalidConfigError was only in the chained traceback. The reader now raises it at its first call."""
+    root = tmp_path / "store"
+    with rmq.MessageStore(root, config()) as store:
+        write(store, "Orders", 0, 3)
+    with pytest.raises(StreamingQueryException) as info:
+        run_available_now(spark, root, tmp_path / "out", tmp_path / "ckpt", splitSize="1000")
+    text = str(info.value)
+    assert "UnboundLocalError" not in text, text
+    assert "InvalidConfigError: option splitSize is not read by a streaming read" in text, text
 
 
 def test_stream_starting_timestamp_and_json(spark: SparkSession, tmp_path: Path) -> None:

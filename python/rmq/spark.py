@@ -420,6 +420,37 @@ def check_kind_options(options: dict[str, str], kind: str) -> None:
         )
 
 
+class RefusedStreamReader(DataSourceStreamReader):
+    """A streaming read whose options were refused: every call raises the refusal, `stop` does nothing."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's names)
+        raise self.error
+
+    def latestOffset(self, *args: Any) -> dict[str, Any]:  # noqa: N802
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        raise self.error
+
+    def commit(self, end: dict[str, Any]) -> None:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        raise self.error
+
+    def stop(self) -> None:
+        pass
+
+
 class RocketMQDataSource(DataSource):
     """`spark.read.format("rocketmq")`. Options (case-insensitive):
 
@@ -469,15 +500,20 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
         try:
-            from rmq.spark_stream import RocketMQStreamReader
-        except ImportError as e:  # PySpark 4.1: Python sources get no read limits (pyspark.sql.streaming.datasource)
-            raise _native.InvalidConfigError(
-                f"the rocketmq streaming source needs PySpark 4.2 or later (read limits for Python sources): {e}"
-            ) from None
-        options = {k.lower(): v for k, v in self.options.items()}
-        check_read_options(options)
-        check_kind_options(options, "stream")
-        return RocketMQStreamReader(options, schema)
+            try:
+                from rmq.spark_stream import RocketMQStreamReader
+            except ImportError as e:  # PySpark 4.1: Python sources get no read limits
+                raise _native.InvalidConfigError(
+                    f"the rocketmq streaming source needs PySpark 4.2 or later (read limits for Python sources): {e}"
+                ) from None
+            options = {k.lower(): v for k, v in self.options.items()}
+            check_read_options(options)
+            check_kind_options(options, "stream")
+            return RocketMQStreamReader(options, schema)
+        except _native.RmqError as e:
+            # Raised here, PySpark's streaming runner loses it: its `finally: reader.stop()` finds no reader, and the
+            # query fails with an UnboundLocalError. The reader raises it at Spark's first call instead.
+            return RefusedStreamReader(e)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("rocketmq").mode("append").save(store)`: rows become messages (`rmq.spark_writer`)."""
