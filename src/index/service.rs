@@ -127,6 +127,9 @@ pub struct IndexService {
     rolled_end_timestamp: std::sync::atomic::AtomicI64,
     /// Held while a file is rebuilt, so that two queries finding the same damage rebuild it once.
     rebuild_lock: Mutex<()>,
+    /// Why files were left out at load (one truncated or extended among files of the configured size): their
+    /// ranges are rebuilt from the commitlog as a lost file's are.
+    left_out: Vec<String>,
 }
 
 /// What [`IndexService::rebuild`] hands its feed: put the keys of one message.
@@ -195,9 +198,31 @@ impl IndexService {
             lens.pop();
         }
         let size = cfg.file_size();
+        let odd: Vec<usize> = (0..lens.len()).filter(|&i| lens[i] != size).collect();
+        let mut left_out = Vec::new();
+        if let [i] = odd[..] {
+            if lens.len() > 1 {
+                // The other index files have the configured size: this one was truncated or extended. The index is
+                // derived: the file is left out (removed by a writable open) and its range rebuilt from the
+                // commitlog, as a lost file's is. (Several of another size: the store was written with other
+                // index settings, refused below.)
+                let path = dir.join(&names[i]);
+                left_out.push(format!(
+                    "{} is {} bytes where the store's index files are {size}: it was {}; left out, and its range \
+                     rebuilt from the commitlog",
+                    path.display(),
+                    lens[i],
+                    if lens[i] < size { "truncated" } else { "extended" }
+                ));
+                if !overlay {
+                    crate::file_queue::remove_durably(&path)?;
+                }
+                names.remove(i);
+                lens.remove(i);
+            }
+        }
         if let Some((n, &len)) = names.iter().zip(&lens).find(|(_, &l)| l != size) {
             if lens.contains(&size) {
-                // The other index files have the configured size: this one was truncated or extended.
                 return Err(crate::file_queue::size_damage(&dir.join(n), 0, len, size, false));
             }
         }
@@ -219,7 +244,13 @@ impl IndexService {
             writer: Mutex::new(last),
             rolled_end_timestamp: std::sync::atomic::AtomicI64::new(0),
             rebuild_lock: Mutex::new(()),
+            left_out,
         })
+    }
+
+    /// Why files were left out at load (see the field), for the open's report.
+    pub fn left_out(&self) -> &[String] {
+        &self.left_out
     }
 
     /// The index files' names in `dir`, sorted (a missing directory in an overlay holds none). A rebuild's

@@ -327,6 +327,7 @@ impl MessageStore {
             let (rebuilt, trusted) =
                 super::index_check::check_at_open(index, &commitlog, restart, trusted_to, walked_index, pre_verified)?;
             recovery.rebuilt_index_files = cut_index;
+            recovery.rebuilt_index_files.extend(index.left_out().iter().cloned());
             recovery.rebuilt_index_files.extend(rebuilt);
             recovery.index_files_trusted = trusted;
             let indexed = match index.last_indexed_offset() {
@@ -336,7 +337,10 @@ impl MessageStore {
                 Some(o) => {
                     let o = (o.max(0) as u64).clamp(min, end);
                     match commitlog.read(o) {
-                        Ok(Some(rec)) if !unclean_shutdown => o + rec.header.total_size as u64,
+                        // A newest file left out (truncated) may have held the rest of this record's keys.
+                        Ok(Some(rec)) if !unclean_shutdown && index.left_out().is_empty() => {
+                            o + rec.header.total_size as u64
+                        }
                         _ => o,
                     }
                 }

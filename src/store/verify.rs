@@ -125,6 +125,17 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
             ),
         });
     }
+    if let Some(index) = store.index.as_ref() {
+        for why in index.left_out() {
+            rep.findings.push(Finding {
+                area: "index",
+                kind: "stale",
+                path: root.join("index"),
+                offset: 0,
+                what: why.clone(),
+            });
+        }
+    }
     let all = queues.all();
     for cq in &all {
         cq.recover()?;
