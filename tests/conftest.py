@@ -279,3 +279,42 @@ def live_writer(root: Path) -> Iterator[subprocess.Popen[str]]:
         writer.wait()
         if writer.stdout is not None:
             writer.stdout.close()
+
+
+def load_beside_a_persist_between_its_renames(tmp_path: Path, path: Path, hook: str, change: str, load: Any) -> None:
+    """Runs `load()` while another process's persist of `path` stands between its two renames (the file moved to
+    `.bak`, the new one not in yet), holding the file lock: the child runs `hook` (which makes the persist call
+    `stop(stage)` after each step) and then `change` (Python that persists), and stops at the "rotated" step until
+    `load` has had a second to finish without waiting for the lock. A load that reads under the lock waits, and
+    sees the new file."""
+    import threading
+    import time
+
+    between, go = tmp_path / "between", tmp_path / "go"
+    child = (
+        "import os, time\n"
+        "def stop(stage):\n"
+        "    if stage == 'rotated':\n"
+        f"        open({str(between)!r}, 'w').close()\n"
+        "        end = time.monotonic() + 120\n"
+        f"        while not os.path.exists({str(go)!r}) and time.monotonic() < end: time.sleep(0.01)\n"
+        f"{hook}\n{change}\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    try:
+        deadline = time.monotonic() + 120
+        while not between.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the child never reached its rename"
+            time.sleep(0.01)
+        assert not path.exists()  # the moment between the renames
+        loader = threading.Thread(target=load)
+        loader.start()
+        loader.join(1.0)  # a load that does not wait for the lock is done by now, with the backup
+        go.touch()
+        loader.join(120)
+        assert not loader.is_alive()
+        assert proc.wait(120) == 0
+    finally:
+        go.touch()
+        proc.kill()
+        proc.wait()

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
+from conftest import load_beside_a_persist_between_its_renames
 from rmq.offsets import ConsumerOffsetManager
 
 
@@ -103,37 +102,13 @@ def test_a_load_never_sees_another_process_s_persist_between_its_renames(tmp_pat
     a = fresh(path)
     a.commit_offset("G", "T", 0, 5)
     a.persist()
-    between, go = tmp_path / "between", tmp_path / "go"
-    child = (
-        "import os, time; import rmq.offsets as o\n"
-        "def stop(stage):\n"
-        "    if stage == 'rotated':\n"
-        f"        open({str(between)!r}, 'w').close()\n"
-        "        end = time.monotonic() + 120\n"
-        f"        while not os.path.exists({str(go)!r}) and time.monotonic() < end: time.sleep(0.01)\n"
-        "o._fault_point = stop\n"
-        f"m = o.ConsumerOffsetManager({str(path)!r}); m.load()\n"
-        "m.commit_offset('G', 'T', 0, 6)\n"
-        "m.persist()\n"
+    b = ConsumerOffsetManager(path)
+    load_beside_a_persist_between_its_renames(
+        tmp_path,
+        path,
+        "import rmq.offsets as o; o._fault_point = stop",
+        f"m = o.ConsumerOffsetManager({str(path)!r}); m.load(); m.commit_offset('G', 'T', 0, 6); m.persist()",
+        b.load,
     )
-    proc = subprocess.Popen([sys.executable, "-c", child])
-    try:
-        deadline = time.monotonic() + 120
-        while not between.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the child never reached its rename"
-            time.sleep(0.01)
-        assert not path.exists()  # the moment between the renames
-        b = ConsumerOffsetManager(path)
-        loader = threading.Thread(target=b.load)
-        loader.start()
-        loader.join(1.0)  # a load that does not wait for the lock is done by now, with the backup
-        go.touch()
-        loader.join(120)
-        assert not loader.is_alive()
-        assert proc.wait(120) == 0
-    finally:
-        go.touch()
-        proc.kill()
-        proc.wait()
     assert b.load_issues == []
     assert b.query_offsets("G", "T") == {0: 6}

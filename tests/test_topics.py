@@ -18,7 +18,7 @@ import pytest
 from test_interop import HARNESS, maven_classpath
 
 import rmq
-from conftest import snapshot
+from conftest import load_beside_a_persist_between_its_renames, snapshot
 from rmq import _native
 from rmq.consumer import topic_queues
 from rmq.push import ConsumeStatus, PushConsumer
@@ -345,43 +345,17 @@ def test_a_load_never_sees_another_process_s_persist_between_its_renames(tmp_pat
     # Another process's persist renames topics.json to .bak, then the new one in: a load in between found no main
     # file and took the backup (the table without the newest topic, reported as if the main file were unreadable).
     # The child stops its persist right there, holding the file lock, until told to go on.
-    import sys
-    import threading
-    import time
-
     path = tmp_path / "config" / "topics.json"
     a = TopicConfigManager(path)
     a.put(TopicConfig("T1"))
-    between, go = tmp_path / "between", tmp_path / "go"
-    child = (
-        "import os, time; import rmq.topics as t; from rmq._flock import replace_file\n"
-        "def stop(stage):\n"
-        "    if stage == 'rotated':\n"
-        f"        open({str(between)!r}, 'w').close()\n"
-        "        end = time.monotonic() + 120\n"
-        f"        while not os.path.exists({str(go)!r}) and time.monotonic() < end: time.sleep(0.01)\n"
-        "t.replace_file = lambda *a, **k: replace_file(*a, **k, stage=stop)\n"
-        f"m = t.TopicConfigManager({str(path)!r}); m.load()\n"
-        "m.put(t.TopicConfig('T2'))\n"
+    b = TopicConfigManager(path)
+    load_beside_a_persist_between_its_renames(
+        tmp_path,
+        path,
+        "import rmq.topics as t; from rmq._flock import replace_file\n"
+        "t.replace_file = lambda *a, **k: replace_file(*a, **k, stage=stop)",
+        f"m = t.TopicConfigManager({str(path)!r}); m.load(); m.put(t.TopicConfig('T2'))",
+        b.load,
     )
-    proc = subprocess.Popen([sys.executable, "-c", child])
-    try:
-        deadline = time.monotonic() + 120
-        while not between.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the child never reached its rename"
-            time.sleep(0.01)
-        assert not path.exists()  # the moment between the renames
-        b = TopicConfigManager(path)
-        loader = threading.Thread(target=b.load)
-        loader.start()
-        loader.join(1.0)  # a load that does not wait for the lock is done by now, with the backup
-        go.touch()
-        loader.join(120)
-        assert not loader.is_alive()
-        assert proc.wait(120) == 0
-    finally:
-        go.touch()
-        proc.kill()
-        proc.wait()
     assert b.load_issues == []
     assert set(b.topics()) == {"T1", "T2"}
