@@ -80,7 +80,10 @@ def test_demo_writes_reads_back_and_appends_on_a_second_run(tmp_path: Path) -> N
     g2 = second["consumer_group"]
     assert isinstance(g2, dict)
     assert g1["caught_up"] and g2["caught_up"]
-    assert g1["consumed"] == 100 and g2["consumed"] == 4
+    # At least once: a batch in a member's listener when a rebalance gives its queue to a member starting after it
+    # is not committed, and is consumed again there (CI under load: 109 for 100). The committed offsets below say
+    # that each message was consumed.
+    assert g1["consumed"] >= 100 and g2["consumed"] >= 4, (g1, g2)
     # seq 0 fails its first delivery (seq 250 is not an OrderCreated message of a 300-message run).
     sent = g1["sent_to_retry"]
     assert isinstance(sent, int) and 1 <= sent <= 8 and g1["retries_consumed"] == sent

@@ -763,7 +763,7 @@ def test_an_option_the_kind_of_read_does_not_read_is_refused(
     rather than ignoring them (a time filter ignored returned every row)."""
     source = rs.RocketMQDataSource({"path": str(tmp_path), **options})
     with pytest.raises(rmq.InvalidConfigError, match=f"option {refused} is not read by"):
-        source.reader(rs.SCHEMA) if kind == "batch" else source.streamReader(rs.SCHEMA)
+        source.reader(rs.SCHEMA) if kind == "batch" else source.streamReader(rs.SCHEMA).initialOffset()
 
 
 def test_session_never_overrides_the_launchers_master(monkeypatch: pytest.MonkeyPatch) -> None:
