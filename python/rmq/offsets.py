@@ -252,9 +252,8 @@ class ConsumerOffsetManager:
         or neither file exists (empty state), False when nothing could be read (the table is then empty and the
         bad files are left for inspection).
 
-        It reads under the file lock `persist()` takes (when the lock file can be made: not on a read-only
-        directory), so it never sees another process's persist between its renames, when only `<file>.bak` is
-        there.
+        It reads under the file lock `persist()` takes (where the lock file exists; a reader never creates it), so
+        it never sees another process's persist between its renames, when only `<file>.bak` is there.
         """
         with self._file_lock.held_for_reading():
             return self._load()

@@ -188,9 +188,9 @@ class TopicConfigManager:
         """Reads the file, or `<file>.bak` when it is missing, empty or undecodable. Returns False when a file
         exists but neither can be read (the table is then empty).
 
-        It reads under the file lock that changes take (when the lock file can be made: not on a read-only
-        directory), so it never sees another process's persist between its renames, when only `<file>.bak`, the
-        table before the change, is there."""
+        It reads under the file lock that changes take (where the lock file exists; a reader never creates it),
+        so it never sees another process's persist between its renames, when only `<file>.bak`, the table before
+        the change, is there."""
         with self._lock, FileLock.of(self.lock_path).held_for_reading():
             self.load_issues = []
             stamp = self._file_stamp()

@@ -46,6 +46,20 @@ pub struct CqEntry {
 /// The entry `fillPreBlank` writes before the first real entry of a queue that starts mid-file.
 pub const PRE_BLANK: CqEntry = CqEntry { offset: 0, size: i32::MAX, tags_code: 0 };
 
+/// Pre-blank entries over `[from, to)` of `file` (positions in it, multiples of 20), in writes of up to 64 KiB.
+fn write_pre_blanks(file: &MappedFile, from: usize, to: usize) -> Result<()> {
+    let blank = PRE_BLANK.encode();
+    let chunk: Vec<u8> =
+        blank.iter().copied().cycle().take((to - from).min(1 << 16) / blank.len() * blank.len()).collect();
+    let mut pos = from;
+    while pos < to {
+        let n = (to - pos).min(chunk.len());
+        file.write_at(pos, &chunk[..n])?;
+        pos += n;
+    }
+    Ok(())
+}
+
 impl CqEntry {
     /// The 20 big-endian bytes.
     pub fn encode(&self) -> [u8; 20] {
@@ -325,8 +339,6 @@ impl ConsumeQueue {
 
     /// Pre-blank entries from `cur` (the end) up to `until`, in as many files as that takes; returns the new end.
     fn fill_removed(&self, mut cur: u64, until: u64) -> Result<u64> {
-        let blank = PRE_BLANK.encode();
-        let chunk: Vec<u8> = blank.iter().copied().cycle().take(blank.len() * 3276).collect();
         while cur < until {
             let file = match self.files.last() {
                 Some(last) if cur < last.end() => last,
@@ -334,30 +346,15 @@ impl ConsumeQueue {
                 None => break,
             };
             let stop = until.min(file.end());
-            while cur < stop {
-                let n = ((stop - cur) as usize).min(chunk.len());
-                file.write_at((cur - file.start()) as usize, &chunk[..n])?;
-                cur += n as u64;
-            }
+            write_pre_blanks(&file, (cur - file.start()) as usize, (stop - file.start()) as usize)?;
+            cur = stop;
             self.max_logical.store(cur, Ordering::Release);
         }
         Ok(cur)
     }
 
     fn fill_pre_blank(&self, file: &MappedFile, until: u64) -> Result<()> {
-        let blank = PRE_BLANK.encode();
-        let upto = (until - file.start()) as usize;
-        let mut chunk = Vec::with_capacity(upto.min(1 << 16));
-        while chunk.len() + 20 <= chunk.capacity() {
-            chunk.extend_from_slice(&blank);
-        }
-        let mut pos = 0;
-        while pos < upto {
-            let n = (upto - pos).min(chunk.len());
-            file.write_at(pos, &chunk[..n])?;
-            pos += n;
-        }
-        Ok(())
+        write_pre_blanks(file, 0, (until - file.start()) as usize)
     }
 
     fn read_entry(&self, file: &MappedFile, logical: u64) -> Option<CqEntry> {
