@@ -137,6 +137,45 @@ pub fn data_ranges(file: &File, from: usize, size: usize) -> Vec<(usize, usize)>
     out
 }
 
+/// A file's bytes read only where its data extents lie ([`MappedFile::extents`]); every other byte is zero.
+#[derive(Debug)]
+pub struct Extents<'a> {
+    file: &'a MappedFile,
+    ranges: Vec<(usize, usize)>,
+}
+
+impl Extents<'_> {
+    /// One past the last byte that may hold data (0 if none does).
+    pub fn data_end(&self) -> usize {
+        self.ranges.last().map_or(0, |r| r.1)
+    }
+
+    /// The bytes `[pos, pos + out.len())` into `out`: read from the mapping inside the data extents, zero in
+    /// the holes between and after them. Bytes outside the file read as zero too.
+    pub fn read(&self, pos: usize, out: &mut [u8]) {
+        out.fill(0);
+        let end = pos.saturating_add(out.len());
+        let first = self.ranges.partition_point(|r| r.1 <= pos);
+        for &(a, b) in self.ranges.get(first..).unwrap_or_default() {
+            let (from, to) = (a.max(pos), b.min(end));
+            if from >= to {
+                break;
+            }
+            if let (Some(src), Some(dst)) = (self.file.slice(from, to - from), out.get_mut(from - pos..to - pos)) {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Whether a byte of `[from, to)` is non-zero (holes are zero and not read).
+    pub fn any_nonzero(&self, from: usize, to: usize) -> bool {
+        self.ranges.iter().any(|&(a, b)| {
+            let (lo, hi) = (a.max(from), b.min(to));
+            lo < hi && self.file.slice(lo, hi - lo).is_some_and(|s| s.iter().fold(0u8, |x, &y| x | y) != 0)
+        })
+    }
+}
+
 impl MappedFile {
     /// Creates a new zero-filled file of `size` bytes with all its disk space claimed, and maps it. Fails if
     /// the file exists. On failure (a full disk is [`Error::DiskFull`]) the file is removed again, so the
@@ -239,6 +278,29 @@ impl MappedFile {
             None if from < size => vec![(from, size)],
             None => Vec::new(),
         }
+    }
+
+    /// One past the last non-zero byte at or after `from` (`from` when there is none), reading only the data
+    /// extents [`MappedFile::data_ranges`] reports: a never-written rest of a file (up to a gigabyte of holes,
+    /// each page of which a read through the mapping would fault in) costs nothing, and a hole is never read
+    /// (on tmpfs, reading a hole through a mapping allocates its page, which on a full tmpfs kills the process
+    /// with SIGBUS).
+    pub fn nonzero_end(&self, from: usize) -> usize {
+        let mut end = from;
+        for (a, b) in self.data_ranges(from) {
+            let n = crate::commitlog::cursor::nonzero_extent(self.slice(a, b - a).unwrap_or_default());
+            if n > 0 {
+                end = a + n;
+            }
+        }
+        end
+    }
+
+    /// The file's bytes as the data extents `ranges` (from [`MappedFile::data_ranges`]) tell them: a reader of
+    /// an old file that never touches a hole, for which a hole reads as zeros (see [`MappedFile::nonzero_end`]
+    /// for why a hole must not be read through the mapping).
+    pub fn extents(&self, from: usize) -> Extents<'_> {
+        Extents { file: self, ranges: self.data_ranges(from) }
     }
 
     /// Whether the file's path still names the file this maps (not removed, not removed and made again):
@@ -689,5 +751,34 @@ mod data_ranges_tests {
         let overlay = MappedFile::open_in(Storage::Overlay, &tmp.path().join("seg"), 0, size).unwrap();
         assert!(overlay.data_ranges(10).iter().any(|&(x, y)| x <= 300_000 && 300_000 < y));
         assert_eq!(g.data_ranges(size as usize), Vec::new());
+    }
+
+    #[test]
+    fn extents_read_holes_as_zeros_and_data_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("sparse");
+        let size = 1usize << 20;
+        // A sparse file, as RocketMQ makes its queue files: data on two pages, holes around them.
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
+        file.set_len(size as u64).unwrap();
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&[7u8; 30], 4096 - 10).unwrap();
+        file.write_all_at(&[9u8; 5], 600_000).unwrap();
+        let f = MappedFile::open(&path, 0, size as u64).unwrap();
+        let x = f.extents(0);
+        let mut got = vec![0xFFu8; 40];
+        x.read(4096 - 20, &mut got);
+        let mut want = vec![0u8; 40];
+        want[10..40].fill(7);
+        assert_eq!(got, want);
+        let mut got = [0xFFu8; 10];
+        x.read(599_998, &mut got);
+        assert_eq!(got, [0, 0, 9, 9, 9, 9, 9, 0, 0, 0]);
+        x.read(size - 4, &mut got); // runs past the file's end: zeros
+        assert_eq!(got, [0; 10]);
+        assert!(x.any_nonzero(599_000, 600_001) && !x.any_nonzero(600_005, size));
+        assert!(x.data_end() > 600_004 && x.data_end() <= size);
+        assert_eq!(f.nonzero_end(0), 600_005);
+        assert_eq!(f.nonzero_end(600_005), 600_005);
     }
 }

@@ -40,7 +40,7 @@ use crate::message::decode::CheckOptions;
 use crate::message::RecordHeader;
 use crate::mmap::MappedFile;
 
-use super::cursor::{find_valid_record_starting_before, nonzero_extent, Cursor, Step};
+use super::cursor::{find_valid_record_starting_before, Cursor, Step};
 use super::{CommitLog, Record};
 
 /// What opening does with damage inside the data (bytes a killed process cannot leave).
@@ -524,7 +524,7 @@ impl CommitLog {
     fn cut(&self, p: u64, file: &Arc<MappedFile>, report: &mut OpenReport) -> Result<u64> {
         let discarded = self.last_nonzero_end(p).saturating_sub(p);
         let pos = (p - file.start()) as usize;
-        let dirty = file_nonzero_end(file, pos) - pos;
+        let dirty = file.nonzero_end(pos) - pos;
         // In an overlay the bytes stay (nothing past the end is read; a live writer may still complete them).
         if dirty > 0 && file.storage() == crate::mmap::Storage::Disk {
             let zeros = vec![0u8; 1 << 16];
@@ -549,24 +549,9 @@ fn last_nonzero_end_in(queue: &FileQueue, p: u64) -> u64 {
     let mut end = p;
     for f in queue.files().iter().filter(|f| f.end() > p) {
         let from = (p.max(f.start()) - f.start()) as usize;
-        let n = file_nonzero_end(f, from);
+        let n = f.nonzero_end(from);
         if n > from {
             end = f.start() + n as u64;
-        }
-    }
-    end
-}
-
-/// One past the last non-zero byte of `f` at or after position `from` (`from` when there is none). Only the
-/// data extents the filesystem reports are read ([`MappedFile::data_ranges`]): the never-written rest of a
-/// segment (up to a gigabyte of holes, each page of which a read through the mapping would fault in as zeros)
-/// costs nothing.
-fn file_nonzero_end(f: &MappedFile, from: usize) -> usize {
-    let mut end = from;
-    for (a, b) in f.data_ranges(from) {
-        let n = nonzero_extent(f.slice(a, b - a).unwrap_or_default());
-        if n > 0 {
-            end = a + n;
         }
     }
     end
@@ -628,13 +613,13 @@ impl TailFacts for MappedTail<'_> {
     fn here_extent(&mut self) -> Result<u64> {
         let (f, p) = (self.file, self.p);
         let pos = (p - f.start()) as usize;
-        Ok((file_nonzero_end(f, pos) - pos) as u64)
+        Ok((f.nonzero_end(pos) - pos) as u64)
     }
 
     fn beyond_next(&mut self) -> Result<bool> {
         let files = self.log.queue.files();
         let end = self.file.end();
-        Ok(files.iter().filter(|f| f.start() > end).any(|f| file_nonzero_end(f, 0) > 0))
+        Ok(files.iter().filter(|f| f.start() > end).any(|f| f.nonzero_end(0) > 0))
     }
 
     fn dispatched_end(&mut self) -> Result<u64> {

@@ -400,11 +400,16 @@ impl ConsumeQueue {
         let mut max_physic = -1i64;
         let mut process = last.start();
         let from = files.len().saturating_sub(3);
+        // Only the files' data extents are read: the holes of a sparse file (RocketMQ makes its queue files
+        // sparse, and so do `cp --sparse` and `rsync -S`) read as zeros without being touched.
         for file in &files[from..] {
-            let bytes = file.slice(0, file.size() as usize).unwrap_or_default();
+            let data = file.extents(0);
+            let size = file.size() as usize;
             let mut valid = 0usize;
-            for chunk in bytes.chunks_exact(UNIT as usize) {
-                let Some(e) = CqEntry::decode(chunk) else { break };
+            let mut chunk = [0u8; UNIT as usize];
+            while valid + chunk.len() <= size.min(data.data_end() + chunk.len()) {
+                data.read(valid, &mut chunk);
+                let Some(e) = CqEntry::decode(&chunk) else { break };
                 if !e.is_valid() {
                     break;
                 }
@@ -416,21 +421,19 @@ impl ConsumeQueue {
                 valid += UNIT as usize;
             }
             process = file.start() + valid as u64;
-            if valid < bytes.len() {
+            if valid + chunk.len() <= size {
                 break;
             }
         }
         // The first invalid entry not all zeros: torn by a killed write, or damaged.
-        let torn_entry = files
-            .iter()
-            .find(|f| process >= f.start() && process < f.end())
-            .and_then(|f| f.slice((process - f.start()) as usize, UNIT as usize))
-            .is_some_and(|b| b.iter().any(|&x| x != 0));
+        let torn_entry = files.iter().find(|f| process >= f.start() && process < f.end()).is_some_and(|f| {
+            let at = (process - f.start()) as usize;
+            f.extents(at).any_nonzero(at, at + UNIT as usize)
+        });
         // A torn last entry is at most 20 bytes; anything non-zero after it is a hole.
         let hole = files.iter().filter(|f| f.end() > process + UNIT).any(|f| {
-            let from = (process + UNIT).max(f.start());
-            let bytes = f.slice((from - f.start()) as usize, (f.end() - from) as usize).unwrap_or_default();
-            bytes.iter().fold(0u8, |a, &b| a | b) != 0
+            let from = ((process + UNIT).max(f.start()) - f.start()) as usize;
+            f.nonzero_end(from) > from
         });
         if max_physic < 0 {
             // Nothing valid in the scanned files (the newest files lost as zeros in a power loss): the queue
@@ -496,8 +499,7 @@ impl ConsumeQueue {
         self.files.remove_after(logical);
         if let Some(file) = self.files.find(logical).filter(|f| logical < f.end()) {
             let pos = (logical - file.start()) as usize;
-            let tail = file.slice(pos, file.size() as usize - pos).unwrap_or_default();
-            let dirty = crate::commitlog::cursor::nonzero_extent(tail);
+            let dirty = file.nonzero_end(pos) - pos;
             if dirty > 0 {
                 file.write_at(pos, &vec![0u8; dirty])?;
                 file.flush_range(pos, dirty)?;
@@ -538,11 +540,19 @@ impl ConsumeQueue {
                 self.truncate_files_after(0)?;
                 break;
             };
-            let bytes = last.slice(0, last.size() as usize).unwrap_or_default();
+            // Only the file's data extents are read: a hole reads as zeros (see `recover`).
+            let data = last.extents(0);
+            let entry_at = |pos: u64| {
+                let mut chunk = [0u8; UNIT as usize];
+                data.read(pos as usize, &mut chunk);
+                CqEntry::decode(&chunk)
+            };
+            // Past the data's end every entry is zeros: neither kept nor counted as removed.
+            let entries = (data.data_end() as u64).div_ceil(UNIT).min(last.size() / UNIT).max(1);
             let mut keep = 0u64;
             let mut delete = false;
-            for (i, chunk) in bytes.chunks_exact(UNIT as usize).enumerate() {
-                let Some(e) = CqEntry::decode(chunk) else { break };
+            for i in 0..entries {
+                let Some(e) = entry_at(i * UNIT) else { break };
                 // Unlike RocketMQ, the first entry is validated too: a never-written (zero) first entry is
                 // not kept as an entry.
                 if i == 0 && (e.offset >= process_offset || !e.is_valid()) {
@@ -557,10 +567,8 @@ impl ConsumeQueue {
                     max_physic = e.end();
                 }
             }
-            let removed = bytes.get(keep as usize..).unwrap_or_default();
-            inside |= removed
-                .chunks_exact(UNIT as usize)
-                .filter_map(CqEntry::decode)
+            inside |= (keep / UNIT..entries)
+                .filter_map(|i| entry_at(i * UNIT))
                 .any(|e| e.is_valid() && !e.is_pre_blank() && e.offset < process_offset && e.end() <= process_offset);
             cut_at = Some((last.start() + keep) / UNIT);
             if delete {
@@ -820,7 +828,10 @@ impl ConsumeQueue {
                 return Ok(deleted);
             }
             let Some(first) = files.first() else { return Ok(deleted) };
-            let last_entry = first.slice((first.size() - UNIT) as usize, UNIT as usize).and_then(CqEntry::decode);
+            let mut chunk = [0u8; UNIT as usize];
+            let at = (first.size() - UNIT) as usize;
+            first.extents(at).read(at, &mut chunk);
+            let last_entry = CqEntry::decode(&chunk);
             match last_entry {
                 Some(e) if e.offset < min_commitlog_offset => match self.files.delete_first()? {
                     Some(f) => deleted.push(f.path().to_owned()),
