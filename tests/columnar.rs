@@ -13,7 +13,7 @@ use rmq::columnar::{self, Column, ColumnBatch, RecordFilter, ALL_COLUMNS};
 use rmq::commitlog::cursor::{self, Cursor, Step};
 use rmq::file_queue::FileQueue;
 use rmq::message::decode::CheckOptions;
-use rmq::message::{MAGIC_V1, MAGIC_V2};
+use rmq::message::{END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2};
 use rmq::store::{MessageStore, PutMessage};
 
 use common::{small_config, SEG};
@@ -207,6 +207,41 @@ fn damage_inside_the_data_is_an_error_or_skipped_up_to_the_next_valid_record() {
     }
 }
 
+/// A bit flipped in an older segment's record's TOTALSIZE: the walk, which steps over older records by their
+/// TOTALSIZE, lands inside a later record; the chain ends at the damaged record, not where the hop landed, so
+/// the intact records its wrong size jumped over are read.
+#[test]
+fn a_flipped_total_size_loses_only_its_own_record() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (offsets, _) = trap_store(dir.path());
+    let commitlog = dir.path().join("commitlog");
+    let (path, base, data_end) = segments(dir.path()).remove(0);
+    let original = std::fs::read(&path).expect("read");
+    let second = (offsets[1] as i64 - base) as usize;
+    let size = u32::from_be_bytes(original[second..second + 4].try_into().expect("4 bytes"));
+    let mut tried = 0;
+    for bit in 3..16 {
+        let flipped = size ^ (1 << bit);
+        let lands = offsets[1] + u64::from(flipped);
+        // A landing on a record's own start is a chain that holds together; past the data, another test.
+        if flipped < size || offsets.contains(&lands) || lands >= base as u64 + data_end {
+            continue;
+        }
+        tried += 1;
+        let mut bytes = original.clone();
+        bytes[second..second + 4].copy_from_slice(&flipped.to_be_bytes());
+        std::fs::write(&path, &bytes).expect("write");
+        for split in [1u64, 100, SEG] {
+            let plans = columnar::plan_commitlog(&commitlog, split, true).expect("skip");
+            let damage: Vec<(i64, u64)> = plans[0].damage.iter().map(|d| (d.offset, d.length)).collect();
+            assert_eq!(damage, [(offsets[1] as i64, offsets[2] - offsets[1])], "bit {bit}, split {split}");
+            let want: Vec<i64> = offsets.iter().filter(|o| **o != offsets[1]).map(|o| *o as i64).collect();
+            assert_eq!(read_planned(&commitlog, split, true).expect("read"), want, "bit {bit}, split {split}");
+        }
+    }
+    assert!(tried >= 3, "only {tried} flips landed inside the segment's data");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
@@ -293,10 +328,20 @@ fn walk_segment(commitlog: &Path, seg: usize, newest: bool, damaged: impl Fn(i64
             Some(Step::Record(r)) => rows.push(r.offset() as i64),
             Some(Step::Zero { offset, .. } | Step::Partial { offset, .. } | Step::Invalid { offset, .. }) => {
                 let rest = file.slice((offset - base) as usize, (base + SEG - offset) as usize).expect("bytes");
-                if let Some(n) = cursor::header_size(rest, offset, base + SEG - offset).filter(|_| !newest) {
-                    skipped.push((offset as i64, n));
-                    cursor.seek(offset + n);
-                    continue;
+                // Stepped over by its header, unless the chain ends right after it: then the record's own
+                // lengths not adding up make it the damage (a flipped TOTALSIZE), and the search for the next
+                // record starts inside it.
+                let left = base + SEG - offset;
+                if let Some(n) = cursor::header_size(rest, offset, left).filter(|_| !newest) {
+                    let after = rest.get(n as usize..).unwrap_or_default();
+                    let goes_on = left - n >= END_FILE_MIN_BLANK_LENGTH as u64
+                        && (cursor::header_size(after, offset + n, left - n).is_some()
+                            || matches!(cursor::classify(after, offset + n, left - n, opts), cursor::Found::Record(_)));
+                    if goes_on {
+                        skipped.push((offset as i64, n));
+                        cursor.seek(offset + n);
+                        continue;
+                    }
                 }
                 if newest && !damaged(offset as i64) {
                     break; // the end of the data

@@ -159,7 +159,9 @@ fn walk(
     unclean: bool,
     mut visit: impl FnMut(u64),
 ) -> Result<ChainEnd> {
-    let (mut at, mut prev) = (from, None);
+    // `prev`, the record hopped over last, is visited only once the chain goes on past it or is found to end
+    // where its size says: see `hopped_over_damage`.
+    let (mut at, mut prev, mut before) = (from, None, None);
     let opts = if full { FULL } else { HEADERS };
     let ended = |at: u64, why: String, prev: Option<u64>| {
         let reason = match prev {
@@ -177,19 +179,41 @@ fn walk(
                     if unclean && full {
                         let rest = w.get(at, h.total_size as usize + 2 * 4096)?;
                         if tail_zeroed(&h, rest) && lost_page_in(rest, at as usize) {
+                            prev.map(&mut visit);
                             return ended(at, LOST_PAGE.to_owned(), prev);
                         }
                     }
                     h.total_size as u64
                 }
-                Found::Blank => return Ok(ChainEnd::Blank(at)),
-                other => return ended(at, broken(other), prev),
+                end => {
+                    if let Some(p) = prev.filter(|_| !full) {
+                        if let Some(why) = hopped_over_damage(w, base, p)? {
+                            return ended(p, why, before);
+                        }
+                    }
+                    prev.map(&mut visit);
+                    return match end {
+                        Found::Blank => Ok(ChainEnd::Blank(at)),
+                        other => ended(at, broken(other), prev),
+                    };
+                }
             },
         };
-        visit(at);
-        prev = Some(at);
+        prev.map(&mut visit);
+        (before, prev) = (prev, Some(at));
         at += size;
     }
+}
+
+/// Why the record at `at`, which a walk over an older segment stepped over by its TOTALSIZE alone and after
+/// which the chain ended, is itself the damage: its lengths do not add up (a flipped bit in TOTALSIZE makes the
+/// hop land inside or past the records after it). The chain then ends at it, so that the search for where to
+/// go on starts inside it and finds the intact records its wrong size would have jumped.
+fn hopped_over_damage(w: &mut Window, base: i64, at: u64) -> Result<Option<String>> {
+    Ok(match step(w, base, at, HEADERS)? {
+        Found::Record(_) => None,
+        other => Some(broken(other)),
+    })
 }
 
 /// Bytes of a segment left out of the rows, and why.
