@@ -430,8 +430,10 @@ impl CheckpointValues {
 #[derive(Debug)]
 pub struct StoreCheckpoint {
     path: PathBuf,
-    /// `None`: opened read-only; updates stay in memory.
-    file: Option<File>,
+    /// The file; `None` once [`release`](Self::release)d (an update that would write it is then refused).
+    file: std::sync::Mutex<Option<File>>,
+    /// Opened read-only: updates stay in memory.
+    read_only: bool,
     values: std::sync::Mutex<CheckpointValues>,
     /// The values in memory differ from the file's (an [`update`](Self::update) not written yet).
     dirty: std::sync::atomic::AtomicBool,
@@ -468,7 +470,8 @@ impl StoreCheckpoint {
         file.read_exact_at(&mut head, 0).map_err(|e| Error::io(&path, e))?;
         Ok(StoreCheckpoint {
             path,
-            file: Some(file),
+            file: std::sync::Mutex::new(Some(file)),
+            read_only: false,
             values: std::sync::Mutex::new(CheckpointValues::decode(&head)),
             dirty: Default::default(),
         })
@@ -491,7 +494,8 @@ impl StoreCheckpoint {
         }
         Ok(StoreCheckpoint {
             path,
-            file: None,
+            file: std::sync::Mutex::new(None),
+            read_only: true,
             values: std::sync::Mutex::new(CheckpointValues::decode(&head)),
             dirty: Default::default(),
         })
@@ -512,15 +516,22 @@ impl StoreCheckpoint {
         if next == *v && !self.dirty.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
-        let Some(file) = &self.file else {
+        if self.read_only {
             *v = next;
             return Ok(());
-        };
+        }
+        let held = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(file) = held.as_ref() else { return Err(Error::Closed) };
         write_at(file, &self.path, &next.encode(), 0)?;
         *v = next;
         sync(file, &self.path, true)?;
         self.dirty.store(false, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// Closes the file (a closed store's); the values stay readable in memory.
+    pub fn release(&self) {
+        self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     }
 
     /// Changes the values in memory only (RocketMQ's setters); the next [`update_and_flush`](Self::update_and_flush)

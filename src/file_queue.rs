@@ -258,6 +258,13 @@ impl FileQueue {
         removed.len()
     }
 
+    /// Lets go of every segment, deleting none: the queue holds no file after it (a closed store's files are
+    /// unmapped and their descriptors closed once no reader's view holds them).
+    pub fn release(&self) {
+        let released = std::mem::take(&mut *self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        self.removed(released.len());
+    }
+
     /// Removes the first segment (expired-file cleanup); deleted from disk once unused.
     pub fn remove_first(&self) -> Option<Arc<MappedFile>> {
         let mut files = self.files.write().unwrap_or_else(|poisoned| poisoned.into_inner());

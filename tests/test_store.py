@@ -705,6 +705,44 @@ def test_closed_store_refuses_calls(store_dir: Path) -> None:
         assert not again.unclean_shutdown
 
 
+def held_files(root: Path) -> tuple[list[str], list[str]]:
+    """This process's open descriptors and mappings of files under `root`."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # the directory's own descriptor, closed by now
+    under = str(root.resolve())
+    maps = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if under in line}
+    return sorted(f for f in fds if f.startswith(under)), sorted(maps)
+
+
+@pytest.mark.parametrize("services", [False, True])
+def test_close_releases_every_file_while_the_store_object_lives(store_dir: Path, services: bool) -> None:
+    """close() unmaps and closes every file of the store at once, as a file's close() does, so the directory's
+    filesystem can be unmounted and a loop opening stores does not run out of descriptors; only a message a
+    reader still holds keeps its own segment until it is dropped."""
+    store = rmq.MessageStore(store_dir, SMALL, start_services=services)
+    for i in range(300):
+        store.put("T", os.urandom(500), queue_id=i % 3, tags="a", keys=[f"k{i}"])
+    held_msg = store.read(0)
+    body = bytes(held_msg.body)
+    assert len(held_files(store_dir)[0]) > 3, "an open store holds its files"
+    store.close()
+    # The message read before the close keeps its segment (and only that) open, and still reads.
+    first = str((store_dir / "commitlog" / "00000000000000000000").resolve())
+    assert held_files(store_dir) == ([first], [first])
+    assert bytes(held_msg.body) == body
+    del held_msg
+    assert held_files(store_dir) == ([], [])
+    assert store.closed
+    with pytest.raises(rmq.StoreClosedError):
+        store.flush()
+    with rmq.MessageStore(store_dir, SMALL) as again:
+        assert again.get_max_offset_in_queue("T", 0) == 100 and not again.unclean_shutdown
+
+
 def test_dynamic_max_message_size(small_store: rmq.MessageStore) -> None:
     small_store.set_max_message_size(100)
     with pytest.raises(rmq.MessageTooLargeError):

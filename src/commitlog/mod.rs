@@ -769,6 +769,17 @@ impl CommitLog {
         (self.max_offset() / size + 1) * size
     }
 
+    /// Lets go of every segment (a closed store's), deleting none but the one made ahead of the writer. The
+    /// transient store pool's buffer goes too: a close commits it first, and after a close nothing can.
+    pub fn release(&self) {
+        self.drop_segment_ahead();
+        self.writer.lock().unwrap_or_else(|p| p.into_inner()).segment = SegmentCache::default();
+        if let Some(pool) = &self.pool {
+            pool.active.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        self.queue.release();
+    }
+
     /// Deletes the segment made ahead, if any (it holds nothing). For a writer whose services are stopped (a
     /// close): a closed store's directory holds its data only.
     pub fn drop_segment_ahead(&self) {

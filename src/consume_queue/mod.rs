@@ -227,6 +227,11 @@ impl ConsumeQueue {
         self.file_size() / UNIT
     }
 
+    /// Lets go of the queue's files, deleting none (a closed store's).
+    pub fn release(&self) {
+        self.files.release();
+    }
+
     /// Paths of the queue's files.
     pub fn file_paths(&self) -> Vec<PathBuf> {
         self.files.files().iter().map(|f| f.path().to_owned()).collect()

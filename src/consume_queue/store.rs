@@ -44,6 +44,14 @@ fn any_file_of_size(dir: &Path, size: u64) -> Result<bool> {
 }
 
 impl ConsumeQueueStore {
+    /// Lets go of every queue's files, deleting none (a closed store's: see [`FileQueue::release`]).
+    pub fn release(&self) {
+        let queues = self.queues.read().unwrap_or_else(|p| p.into_inner());
+        for cq in queues.values().flat_map(|q| q.values()) {
+            cq.release();
+        }
+    }
+
     /// Loads every queue directory under `dir` (created if missing). Directories that cannot be a topic or a
     /// queue id are left alone and returned as `skipped`, as RocketMQ ignores non-numeric queue directories.
     pub fn load(dir: &Path, file_size: u64) -> Result<(Self, Vec<PathBuf>)> {

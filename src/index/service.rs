@@ -139,6 +139,13 @@ pub type RebuildSink<'a> = dyn FnMut(&IndexRequest<'_>) -> Result<()> + 'a;
 const REBUILD_SUFFIX: &str = ".rebuild";
 
 impl IndexService {
+    /// Lets go of every index file, deleting none (a closed store's): each is unmapped and its descriptor
+    /// closed once no query holds it.
+    pub fn release(&self) {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        std::mem::take(&mut *self.files.write().unwrap_or_else(|p| p.into_inner()));
+    }
+
     /// Loads every index file in `dir` (created if missing) in file-name order, naming new files by the
     /// wall clock. Names that are not all digits are skipped; a file whose size does not match `cfg` is an
     /// [`Error::InvalidConfig`] (slot and entry counts are not stored, so it cannot be read).

@@ -510,6 +510,14 @@ impl MessageStore {
         if let (Err(e), true) = (&result, was_open) {
             *self.close_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
         }
+        // A closed store holds no file: each is unmapped and its descriptor closed now, not when the last
+        // reference to the store goes (a reader's view of a file keeps that file until it is dropped).
+        self.commitlog.release();
+        self.queues.release();
+        if let Some(index) = &self.index {
+            index.release();
+        }
+        self.checkpoint.release();
         self.notify_dispatched();
         result
     }
