@@ -324,6 +324,35 @@ fn a_topic_that_is_a_path_never_becomes_a_directory() {
     assert!(store.consume_queue("../x", 0).is_none());
 }
 
+/// Topics a producer may not send but RocketMQ's own services make (5.x's POP retry topics, with `+`) or a store
+/// written through `DefaultMessageStore` directly holds (dots, spaces, emoji): their queues are served, as
+/// RocketMQ serves them, and found again by the next open.
+#[test]
+fn a_topic_beyond_the_producers_charset_that_is_no_path_gets_its_queue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let topics = ["%RETRY%CID+JT", "J.T", "J T", "J\u{1F600}T", "..x", "x.."];
+    {
+        let store = open(tmp.path());
+        for topic in topics {
+            append_foreign(&store, topic, 1, 0, b"");
+            append_foreign(&store, topic, 1, 1, b"");
+            assert!(store.put(&PutMessage::new(topic, 1, b"x")).is_err(), "the put path refuses {topic:?}");
+        }
+        dispatch_all(&store);
+        assert_eq!(store.dispatch_issues().0, 0);
+        for topic in topics {
+            assert_eq!(store.max_offset_in_queue(topic, 1, true), 2, "{topic}");
+        }
+        store.close().unwrap();
+    }
+    let store = open(tmp.path());
+    for topic in topics {
+        assert!(tmp.path().join("consumequeue").join(topic).join("1").is_dir(), "{topic}");
+        assert_eq!(store.max_offset_in_queue(topic, 1, true), 2, "{topic}");
+    }
+    assert!(store.recovery_report().skipped_dirs.is_empty(), "{:?}", store.recovery_report().skipped_dirs);
+}
+
 #[test]
 fn time_queries_through_the_store() {
     let tmp = tempfile::tempdir().unwrap();

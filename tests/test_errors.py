@@ -111,6 +111,27 @@ def test_bad_topic_put_batch(env: Env, topic: str) -> None:
     env.check_rejected(lambda: env.store.put_batch(topic, [b"ok"]), rmq.InvalidTopicError, ILLEGAL, topic)
 
 
+@pytest.mark.parametrize(
+    "how",
+    [
+        lambda s: s.put(GOOD, b"", queue_id=1, delay_level=2),
+        lambda s: s.put(GOOD, b"", queue_id=1, properties={"DELAY": "3"}),
+        lambda s: s.put(GOOD, b"", queue_id=1, delay_level=99),  # clamped to the top level, still delayed
+        lambda s: rmq.TransactionProducer(s, "pg").send_half(GOOD, b"", queue_id=1),
+        lambda s: rmq.TransactionProducer(s, "pg").send_half(GOOD, b"", queue_id=1, properties={"DELAY": "2"}),
+    ],
+    ids=["delay_level", "DELAY", "clamped", "half", "delayed-half"],
+)
+def test_an_empty_body_is_refused_where_rocketmq_would_put_it_again(env: Env, how: Callable[[Any], object]) -> None:
+    """RocketMQ's producer refuses every empty body, and its broker, taking over the store, cannot put one again
+    where delayed and half messages go next (its schedule service drops a delayed one when due; its transaction
+    check stalls on a half): those are refused, writing nothing. A plain empty body is stored, as
+    `DefaultMessageStore.putMessage` stores it (RocketMQ reads it back as a null body)."""
+    err = env.check_rejected(lambda: how(env.store), rmq.InvalidMessageError, ILLEGAL)
+    assert "needs a body" in str(err)
+    assert env.store.put(GOOD, b"", queue_id=2, delay_level=0).queue_offset == 0
+
+
 def test_path_like_topics_create_nothing_outside_the_store(tmp_path: Path) -> None:
     with rmq.MessageStore(tmp_path / "deep" / "store", CONFIG) as store:
         before = snapshot(tmp_path)

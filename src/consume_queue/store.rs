@@ -11,12 +11,17 @@ use crate::error::{Error, Result};
 
 type QueueMap = FxHashMap<String, FxHashMap<i32, Arc<ConsumeQueue>>>;
 
-/// Whether `topic` may name a consume-queue directory: 1..=255 bytes of `[%|a-zA-Z0-9_-]`, so it can never
-/// be a path (`..`, `/`) however the record that carries it was written.
+/// Whether `topic` may name a consume-queue directory: one path component of 1..=255 bytes (no `/`, no NUL,
+/// not `.` or `..`), so it can never be a path however the record that carries it was written. Wider than
+/// the topics a producer may send (`[%|a-zA-Z0-9_-]`, refused at the put): RocketMQ's own services make
+/// others (5.x's POP retry topics `%RETRY%<group>+<topic>` with `enableRetryTopicV2`), and a store written
+/// through `DefaultMessageStore` directly may hold any; RocketMQ serves their queues, and so does rmq.
 pub fn path_safe_topic(topic: &str) -> bool {
     !topic.is_empty()
         && topic.len() <= 255
-        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
+        && topic != "."
+        && topic != ".."
+        && !topic.bytes().any(|b| b == b'/' || b == 0)
 }
 
 /// Every consume queue of a store: `consumequeue/<topic>/<queueId>/`.

@@ -481,6 +481,16 @@ impl MessageStore {
             properties::sort_hashmap_order(&mut client, BROKER_MAP_CAPACITY);
             (topic, queue_id) = (SCHEDULE_TOPIC, level - 1);
         }
+        // RocketMQ's producer refuses every empty body ("the message body length is zero"), and its broker,
+        // taking over a store that holds one, cannot put it again where these go next: the schedule service
+        // drops a delayed one when it is due, and the transaction check stalls on a half (both re-put through
+        // the put hook, which refuses a body Java reads back as null).
+        if msg.body.is_empty() && (half || topic == SCHEDULE_TOPIC) {
+            let what = if half { "a transactional half message" } else { "a delayed message" };
+            return Err(Error::IllegalMessage(format!(
+                "{what} needs a body: RocketMQ puts it again later and refuses an empty body then; nothing was written"
+            )));
+        }
         properties::write_properties(out, client.iter().copied());
         Ok((topic, queue_id, tran))
     }
