@@ -27,7 +27,8 @@
 //! its file has nothing else). Proven against both with randomized tables in `tests/test_interop_offsets.py`.
 //!
 //! Strings are escaped as fastjson does: `"`, `\`, `\n`, `\r`, `\t`, `\b`, `\f` by name, other control
-//! characters and DEL as `\uXXXX`, everything else (non-ASCII included) as is.
+//! characters, DEL and the line terminators U+2028 and U+2029 as `\uXXXX`, everything else (non-ASCII
+//! included) as is.
 //!
 //! The reader takes fastjson's unquoted integer keys and strict JSON alike. It is tolerant per entry: a
 //! queue whose id is not a Java int or whose offset is not a Java long, or an entry that is not an object, is
@@ -120,6 +121,9 @@ fn quote(out: &mut String, s: &str) {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04X}", c as u32)),
+            // JavaScript's line terminators, which fastjson escapes too.
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
             c => out.push(c),
         }
     }
@@ -913,9 +917,11 @@ mod tests {
 
     #[test]
     fn escapes_round_trip() {
-        let key = "\u{1}\u{7f}\"\\\u{8}\u{c}\r\t\n😀é@g".to_owned();
+        let key = "\u{1}\u{7f}\"\\\u{8}\u{c}\r\t\n😀é\u{2028}\u{2029}@g".to_owned();
         let table: OffsetTable = vec![(key, q(&[(-5, i64::MIN), (i32::MAX, i64::MAX)]))];
         let text = encode(&broker(&table), &DataVersion::default());
+        // As fastjson writes them (U+2028 and U+2029 checked against 5.3.1's ConsumerOffsetManager by hand).
+        assert!(text.contains(r#"\u0001\u007F\"\\\b\f\r\t\n😀é\u2028\u2029@g"#), "{text}");
         let mut d = decode(text.as_bytes()).expect("decodes");
         d.table[0].1.sort();
         assert_eq!(d.table, table);

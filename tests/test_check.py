@@ -332,6 +332,31 @@ def test_a_queue_whose_consume_queue_is_gone_is_reported(
     assert snapshot(root) == before
 
 
+def test_a_crashed_writers_undispatched_queues_are_not_called_queueless(tmp_path: Path) -> None:
+    """A writer without services (nothing dispatched) killed: its queues have no consume-queue files yet, and
+    the open dispatches their records (they lie after where dispatch restarts), making the queues. The check
+    said "an open leaves them out of the queue, and new messages of it take their queue offsets again", the
+    opposite of its own next note and of what the open does (helper P, power-loss images)."""
+    root = tmp_path / "s"
+    code = (
+        "import os, rmq\n"
+        f"s = rmq.MessageStore({str(root)!r}, rmq.StoreConfig(mapped_file_size_commit_log=1 << 20), "
+        "start_services=False)\n"
+        "for i in range(50):\n"
+        "    s.put('T', b'x' * 100, queue_id=i % 2, keys=[f'k{i}'])\n"
+        "s.flush()\n"
+        "os._exit(9)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 9
+    assert not (root / "consumequeue" / "T").exists()
+    rep = check_store(root, rmq.StoreConfig(mapped_file_size_commit_log=1 << 20))
+    whats = [f["what"] for f in rep["findings"]]
+    assert not any("no consume queue" in w for w in whats), whats
+    assert any("the consume queues lack 50 entries" in w and "an open dispatches them" in w for w in whats), whats
+    with rmq.MessageStore(root, rmq.StoreConfig(mapped_file_size_commit_log=1 << 20)) as store:
+        assert [store.next_queue_offset("T", q) for q in (0, 1)] == [25, 25]
+
+
 @pytest.mark.parametrize("which", [0, -1], ids=["oldest", "newest"])
 def test_a_truncated_index_file_is_rebuilt_not_refused(
     base: tuple[Path, list[int]], tmp_path: Path, which: int

@@ -55,11 +55,10 @@ impl MessageStore {
         let res = self.query_index(index, topic, key, max_num, begin, end, &mut found)?;
         found.sort_by_key(|r| r.offset());
         found.dedup_by_key(|r| r.offset());
-        Ok(QueryResult {
-            records: found,
-            index_last_update_timestamp: res.index_last_update_timestamp,
-            index_last_update_phy_offset: res.index_last_update_phy_offset,
-        })
+        // RocketMQ sets the index's last update on the result with its first message: none found, 0 and 0.
+        let (stamp, phy) =
+            if found.is_empty() { (0, 0) } else { (res.index_last_update_timestamp, res.index_last_update_phy_offset) };
+        Ok(QueryResult { records: found, index_last_update_timestamp: stamp, index_last_update_phy_offset: phy })
     }
 }
 

@@ -147,7 +147,9 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     // written after the read-only open settled its end is not part of this check. Past that end the log holds
     // appends in progress, and consume-queue and index entries, offsets and index slots may already name them.
     let horizon = live.map(|_| open.end_offset);
-    let mut queueless = Queueless::new();
+    // Records from where the open's dispatch restarted reach their queues (a queue without files is made):
+    // only older ones of a queue without files are left out of it.
+    let mut queueless = Queueless::new(store.recovery_report().dispatched_from);
     let walk = walk_log(log, &mut rep, &mut seen, &mut queueless, &delay_levels, horizon);
     if let Some(pid) = live {
         let who = if pid == 0 { "this process".to_owned() } else { format!("process {pid}") };
@@ -469,22 +471,31 @@ fn check_index(
     Ok(())
 }
 
-/// Per topic and queue id with no consume queue: (messages in the log, first and last queue offset, commitlog
-/// offset of the first).
-type Queueless = BTreeMap<(String, i32), (u64, i64, i64, u64)>;
+/// Messages below `dispatched_from` (those an open does not dispatch again) of queues with no consume queue:
+/// per topic and queue id, (messages in the log, first and last queue offset, commitlog offset of the first).
+struct Queueless {
+    dispatched_from: u64,
+    queues: BTreeMap<(String, i32), (u64, i64, i64, u64)>,
+}
+
+impl Queueless {
+    fn new(dispatched_from: u64) -> Self {
+        Queueless { dispatched_from, queues: BTreeMap::new() }
+    }
+}
 
 /// Counts `rec` in `queueless` when it is a message of a queue (one that takes a queue offset) whose consume
 /// queue does not exist.
 fn note_queueless(rec: &Record, seen: &QueueMatches, queueless: &mut Queueless) {
     let h = &rec.header;
-    if !h.transaction_type().takes_queue_offset() || h.queue_offset < 0 {
+    if !h.transaction_type().takes_queue_offset() || h.queue_offset < 0 || rec.offset() >= queueless.dispatched_from {
         return;
     }
     let topic = h.topic(rec.bytes());
     if seen.has_queue(topic, h.queue_id) {
         return;
     }
-    let e = queueless.entry((decode_utf8_lossy(topic).into_owned(), h.queue_id)).or_insert((
+    let e = queueless.queues.entry((decode_utf8_lossy(topic).into_owned(), h.queue_id)).or_insert((
         0,
         h.queue_offset,
         h.queue_offset,
@@ -505,10 +516,12 @@ fn check_queueless(root: &Path, queueless: Queueless, rep: &mut CheckReport) {
         .and_then(|text| crate::offsets::topics::decode(&text).ok())
         .map(|d| d.topics.into_iter().map(|t| (t.name, t.read_queue_nums.max(t.write_queue_nums))).collect())
         .unwrap_or_default();
-    for ((topic, queue_id), (n, first, last, offset)) in queueless {
+    for ((topic, queue_id), (n, first, last, offset)) in queueless.queues {
         let lost = configured.get(&topic).is_some_and(|&nums| queue_id < nums);
         let what = format!(
-            "{topic}/{queue_id}: the log holds {n} messages of this queue (queue offsets {first}-{last}) and it has              no consume queue: {}; an open leaves them out of the queue, and new messages of it take their queue              offsets again",
+            "{topic}/{queue_id}: the log holds {n} messages of this queue (queue offsets {first}-{last}) and it has \
+             no consume queue: {}; an open leaves them out of the queue, and new messages of it take their queue \
+             offsets again",
             if lost {
                 "its files were lost (the topic is configured in config/topics.json, so it was not deleted)"
             } else {
