@@ -126,7 +126,7 @@ def test_ranges_split_for_min_partitions_and_admission_shares_the_limits(tmp_pat
         mine = [p for p in pieces if p.queue_id == q]
         assert [(p.start, p.end) for p in mine][0][0] == lo and mine[-1].end == hi
         assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False)), "contiguous, no overlap"
-    assert all(p.new_queue for p in pieces if p.queue_id == 1), "any piece of a new queue may start below its minimum"
+    assert all(p.new_queue for p in pieces if p.queue_id == 1), "every piece of a new queue says it is one"
     assert sq.split_ranges(ranges, 2) == ranges
 
     with rmq.MessageStore(tmp_path / "s", config()) as store:
@@ -140,8 +140,19 @@ def test_ranges_split_for_min_partitions_and_admission_shares_the_limits(tmp_pat
         assert sum(ss.admit(store, ranges4, 7, None)) == 7
         took = ss.admit(store, ranges4, None, 20 * size)
         assert sum(took) <= 20 and took[0] > took[1] > 0
-        assert ss.admit(store, ranges4, None, 1) == [1, 0], "one message at least, so the stream moves"
+        assert ss.admit(store, ranges4, None, 1) == [1, 1], "one message of each queue, so every queue moves"
         assert ss.admit(store, [("A", "0", 30, 30)], 5, 5) == [0]
+        # No queue starves (helper S): a limit below the number of queues waiting still moves each of them, and
+        # a message bigger than its queue's share of the bytes is admitted.
+        store.put("B", b"x" * 3_000, queue_id=0)
+        for q in range(2, 8):
+            write(store, "A", q, 5)
+        store.wait_dispatched()
+        many = [("A", str(q), 0, store.get_max_offset_in_queue("A", q)) for q in range(8)]
+        assert ss.admit(store, many, 4, None) == [max(1, n * 4 // 70) for n in (30, 10, 5, 5, 5, 5, 5, 5)]
+        assert all(ss.admit(store, many, 4, None))
+        big = [("A", "0", 0, 30), ("B", "0", 0, 1)]
+        assert ss.admit(store, big, None, 20 * size)[1] == 1, "the 3 KB message is admitted beside A's backlog"
 
 
 # -- batch reads by offsets and times ------------------------------------------------------------------------------
@@ -463,8 +474,10 @@ def test_the_store_apache_rocketmq_wrote(spark: SparkSession) -> None:
 
 
 def test_a_task_finds_its_range_deleted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Retention between planning and reading: the task fails naming what is gone, or skips it with a warning;
-    a new queue's range below its minimum was never due and is skipped without one."""
+    """Retention between planning and reading: the task fails naming what is gone, or skips it with a warning.
+    So does a new queue's range below its minimum: the queue appeared after the query's last offsets, so its
+    messages from offset 0 on were due to the query (helper S: they were skipped silently, even with
+    failOnDataLoss=true; Kafka reports a new partition that does not start at 0)."""
     root = tmp_path / "store"
     cfg = config(file_reserved_time=0, delete_file_batch_max=100)
     with rmq.MessageStore(root, cfg) as store:
@@ -485,8 +498,46 @@ def test_a_task_finds_its_range_deleted(tmp_path: Path, caplog: pytest.LogCaptur
         assert read(sq.QueueRange("R", 0, 3, 120), False) == list(range(lo, 120))
     assert f"offsets [3, {lo}) were deleted" in caplog.text
     caplog.clear()
+    new = sq.QueueRange("R", 0, 0, 120, new_queue=True)
+    with pytest.raises(
+        sq.DataLossError, match=rf"offsets \[0, {lo}\) were deleted \(retention\) \(a queue that appeared"
+    ):
+        read(new, True)
     with caplog.at_level("WARNING", logger="rmq.spark"):
-        assert read(sq.QueueRange("R", 0, 0, 120, new_queue=True), True) == list(range(lo, 120))
-    assert caplog.text == ""
+        assert read(new, False) == list(range(lo, 120))
+    assert f"offsets [0, {lo}) were deleted" in caplog.text
+    # Split for minPartitions, every piece says what of it is gone.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rmq.spark"):
+        got = [o for p in sq.split_ranges([new], 6) for o in read(p, False)]
+    assert got == list(range(lo, 120)) and caplog.text.count("were deleted") >= 1
     with pytest.raises(sq.DataLossError, match=r"offsets \[120, 130\) are gone \(the queue ends at 120\)"):
         read(sq.QueueRange("R", 0, 115, 130), True)
+
+
+def test_a_store_replaced_under_a_running_query_is_noticed(tmp_path: Path) -> None:
+    """The store deleted and made again at the same path while a query runs (helper S): the process's cached
+    read-only view went on answering from the old store, so the query never noticed, and a task resolved the old
+    store's queue entries against the new log (the new store's bodies). The view is opened afresh now, and the
+    query sees the queue end before its offsets: the store was replaced (`failOnDataLoss`)."""
+    root = tmp_path / "store"
+    with rmq.MessageStore(root, config()) as w:
+        write(w, "T", 0, 100)
+        w.wait_dispatched()
+    r = ss.RocketMQStreamReader({"path": str(root), "startingOffsets": "earliest"}, rs.SCHEMA)
+    start = r.initialOffset()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    assert json.loads(json.dumps(end)) == {"T": {"0": 100}}
+    shutil.rmtree(root)
+    with rmq.MessageStore(root, config()) as w:
+        write(w, "T", 0, 30)
+        write(w, "U", 0, 5)
+        w.wait_dispatched()
+    with pytest.raises(sq.DataLossError, match=r"now ends at offset 30, but the query had read up to 100"):
+        r.latestOffset(end, r.getDefaultReadLimit())
+    # Told to go on: from the new store's ends, its new topic included.
+    lenient = ss.RocketMQStreamReader({"path": str(root), "failOnDataLoss": "false"}, rs.SCHEMA)
+    assert json.loads(json.dumps(lenient.latestOffset(end, lenient.getDefaultReadLimit()))) == {
+        "T": {"0": 30},
+        "U": {"0": 5},
+    }

@@ -28,6 +28,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -87,25 +88,42 @@ def store_root(path: str) -> str:
     raise FileNotFoundError(f"{p}: not a store or commitlog directory")
 
 
-_STORES: dict[str, MessageStore] = {}
+_STORES: dict[str, tuple[MessageStore, tuple[int, int] | None]] = {}
+
+
+def _identity(root: str) -> tuple[int, int] | None:
+    """Which directory `root/commitlog` is (device, inode): a store deleted and made again at the same path, or
+    whose directories were replaced, has another."""
+    try:
+        st = os.stat(os.path.join(root, "commitlog"))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def open_store(path: str) -> MessageStore:
-    """This process's read-only open of the store at `path`, refreshed (what was written since is taken in)."""
+    """This process's read-only open of the store at `path`, refreshed (what was written since is taken in). A
+    store replaced underneath (its commitlog directory is another one now) is opened afresh, so its queues are
+    compared with the query's offsets (`failOnDataLoss`: the store was replaced) instead of the old store's
+    entries being read against the new log."""
     from rmq.store import MessageStore
 
     root = store_root(path)
-    store = _STORES.get(root)
-    if store is not None:
+    held = _STORES.get(root)
+    if held is not None:
+        store, identity = held
         try:
+            if _identity(root) != identity:
+                raise _native.StoreStateError(f"{root} was replaced (its commitlog directory is another one)")
             store.refresh()
             return store
         except _native.RmqError as e:  # replaced or damaged underneath: open it afresh
             _log.warning("reopening %s after refresh failed: %s", root, e)
             del _STORES[root]
             store.close()
+    identity = _identity(root)
     store = MessageStore(root, read_only=True)
-    _STORES[root] = store
+    _STORES[root] = (store, identity)
     return store
 
 
@@ -295,7 +313,9 @@ def lost(fail: bool, what: str) -> None:
 @dataclass(frozen=True)
 class QueueRange(InputPartition):
     """Entries `[start, end)` of the consume queue (topic, queue_id). `new_queue`: the queue appeared after the
-    query's previous offsets were taken, so entries below its earliest stored one were never due (not data loss)."""
+    query's previous offsets were taken; it is read from offset 0, and entries below its earliest stored one were
+    written after those offsets and deleted before the query read them: data loss, as Kafka reports a new
+    partition that does not start at 0."""
 
     topic: str
     queue_id: int
@@ -358,8 +378,10 @@ def read_range(
             )
             return
         first = entries[0][0]
-        if first > off and not (part.new_queue and off == part.start):
+        if first > off:
             what = f"topic {t!r} queue {q}: offsets [{off}, {min(first, stop)}) were deleted (retention)"
+            if part.new_queue:
+                what += " (a queue that appeared after the query's last offsets, read from offset 0)"
             lost(fail_on_data_loss, what)
         views: list[Any] = []
         size = 0

@@ -39,17 +39,19 @@ if TYPE_CHECKING:
 def admit(
     store: MessageStore, ranges: Sequence[tuple[str, str, int, int]], max_rows: int | None, max_bytes: int | None
 ) -> list[int]:
-    """How many entries of each range `(topic, queue, start, end)` a trigger admits: at most `max_rows` entries
-    and `max_bytes` record bytes in all, shared among the queues in proportion to what each has waiting; at least
-    one entry when anything waits, so a message bigger than `max_bytes` does not stall the stream."""
+    """How many entries of each range `(topic, queue, start, end)` a trigger admits: about `max_rows` entries
+    and `max_bytes` record bytes in all, shared among the queues in proportion to what each has waiting, and at
+    least one entry of every queue that has one waiting (as Kafka's `maxOffsetsPerTrigger` never starves a small
+    partition), so no queue waits forever behind others' backlogs and a message bigger than its share (or than
+    `max_bytes`) does not stall the stream. The total can pass a limit by one entry per queue."""
     sizes = [e - s for _, _, s, e in ranges]
     total = sum(sizes)
     take = list(sizes)
     if max_rows is not None and total > max_rows:
-        take = [n * max_rows // total for n in sizes]
+        take = [max(1, n * max_rows // total) if n else 0 for n in sizes]
         left = max_rows - sum(take)
         for i, n in enumerate(sizes):
-            if left == 0:
+            if left <= 0:
                 break
             if take[i] < n:
                 take[i] += 1
@@ -66,7 +68,7 @@ def admit(
                 if not entries:
                     break
                 for _, _, n, _ in entries:
-                    if used + n > budget:
+                    if used + n > budget and got > 0:
                         break
                     used += n
                     got += 1
