@@ -324,33 +324,44 @@ fn a_topic_that_is_a_path_never_becomes_a_directory() {
     assert!(store.consume_queue("../x", 0).is_none());
 }
 
-/// Topics a producer may not send but RocketMQ's own services make (5.x's POP retry topics, with `+`) or a store
-/// written through `DefaultMessageStore` directly holds (dots, spaces, emoji): their queues are served, as
-/// RocketMQ serves them, and found again by the next open.
+/// Topics a producer may not send but RocketMQ 5.x's POP consumers make (`%RETRY%<group>+<topic>`): their queues
+/// are served, as RocketMQ serves them, and found again by the next open. Other names (`J.T`, which a store
+/// written through `DefaultMessageStore` directly may hold) get no directory, and a directory of such a name
+/// (an operator's `T.bak` copy of a queue) is left alone, never loaded or rebuilt.
 #[test]
-fn a_topic_beyond_the_producers_charset_that_is_no_path_gets_its_queue() {
+fn pop_retry_topics_get_their_queues_and_other_names_none() {
     let tmp = tempfile::tempdir().unwrap();
-    let topics = ["%RETRY%CID+JT", "J.T", "J T", "J\u{1F600}T", "..x", "x.."];
+    let served = ["%RETRY%CID+JT", "A+B"];
     {
         let store = open(tmp.path());
-        for topic in topics {
+        for topic in served.iter().chain(&["J.T"]) {
             append_foreign(&store, topic, 1, 0, b"");
             append_foreign(&store, topic, 1, 1, b"");
             assert!(store.put(&PutMessage::new(topic, 1, b"x")).is_err(), "the put path refuses {topic:?}");
         }
         dispatch_all(&store);
-        assert_eq!(store.dispatch_issues().0, 0);
-        for topic in topics {
+        assert_eq!(store.dispatch_issues().0, 2, "J.T's two records are reported");
+        for topic in served {
             assert_eq!(store.max_offset_in_queue(topic, 1, true), 2, "{topic}");
         }
+        assert!(!tmp.path().join("consumequeue").join("J.T").exists());
         store.close().unwrap();
     }
+    // An operator's copy of a queue directory beside it.
+    let cq = tmp.path().join("consumequeue");
+    std::fs::create_dir_all(cq.join("A.bak").join("1")).unwrap();
+    let file = std::fs::read_dir(cq.join("A+B").join("1")).unwrap().next().unwrap().unwrap().path();
+    let copy = cq.join("A.bak").join("1").join(file.file_name().unwrap());
+    std::fs::copy(&file, &copy).unwrap();
+    let before = std::fs::read(&copy).unwrap();
     let store = open(tmp.path());
-    for topic in topics {
-        assert!(tmp.path().join("consumequeue").join(topic).join("1").is_dir(), "{topic}");
+    for topic in served {
+        assert!(cq.join(topic).join("1").is_dir(), "{topic}");
         assert_eq!(store.max_offset_in_queue(topic, 1, true), 2, "{topic}");
     }
-    assert!(store.recovery_report().skipped_dirs.is_empty(), "{:?}", store.recovery_report().skipped_dirs);
+    assert_eq!(store.recovery_report().skipped_dirs, vec![cq.join("A.bak")]);
+    store.close().unwrap();
+    assert_eq!(std::fs::read(&copy).unwrap(), before, "the copy is left as it was");
 }
 
 #[test]

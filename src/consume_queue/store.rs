@@ -11,17 +11,15 @@ use crate::error::{Error, Result};
 
 type QueueMap = FxHashMap<String, FxHashMap<i32, Arc<ConsumeQueue>>>;
 
-/// Whether `topic` may name a consume-queue directory: one path component of 1..=255 bytes (no `/`, no NUL,
-/// not `.` or `..`), so it can never be a path however the record that carries it was written. Wider than
-/// the topics a producer may send (`[%|a-zA-Z0-9_-]`, refused at the put): RocketMQ's own services make
-/// others (5.x's POP retry topics `%RETRY%<group>+<topic>` with `enableRetryTopicV2`), and a store written
-/// through `DefaultMessageStore` directly may hold any; RocketMQ serves their queues, and so does rmq.
+/// Whether `topic` may name a consume-queue directory: 1..=255 bytes of `[%|a-zA-Z0-9_+-]`, so it can never
+/// be a path (`..`, `/`) however the record that carries it was written. That is the topics a producer may
+/// send (`[%|a-zA-Z0-9_-]`, checked at the put) and the `+` of the retry topics RocketMQ 5.x's POP consumers
+/// make (`%RETRY%<group>+<topic>`, with `enableRetryTopicV2`). A directory of any other name (`T.bak`, an
+/// operator's copy of a queue) is left alone, never loaded as a queue nor rebuilt.
 pub fn path_safe_topic(topic: &str) -> bool {
     !topic.is_empty()
         && topic.len() <= 255
-        && topic != "."
-        && topic != ".."
-        && !topic.bytes().any(|b| b == b'/' || b == 0)
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-' | b'+'))
 }
 
 /// Every consume queue of a store: `consumequeue/<topic>/<queueId>/`.
