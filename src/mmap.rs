@@ -137,6 +137,40 @@ pub fn data_ranges(file: &File, from: usize, size: usize) -> Vec<(usize, usize)>
     out
 }
 
+/// A zeroed `statfs` for `fstatfs` to fill.
+fn unsafe_zeroed_statfs() -> libc::statfs {
+    #[allow(unsafe_code)]
+    // SAFETY: `statfs` is a plain C struct of integers, for which all-zero bytes are a valid value.
+    unsafe {
+        std::mem::zeroed()
+    }
+}
+
+/// The bytes `[pos, pos + out.len())` of `file` into `out`, read from the mapping only inside `ranges` (its data
+/// extents, ascending, from [`MappedFile::data_ranges`]) and zero elsewhere.
+pub fn read_in_extents(file: &MappedFile, ranges: &[(usize, usize)], pos: usize, out: &mut [u8]) {
+    let end = pos.saturating_add(out.len());
+    let first = ranges.partition_point(|r| r.1 <= pos);
+    if let Some(&(a, b)) = ranges.get(first) {
+        if a <= pos && end <= b {
+            if let Some(src) = file.slice(pos, out.len()) {
+                out.copy_from_slice(src);
+                return;
+            }
+        }
+    }
+    out.fill(0);
+    for &(a, b) in ranges.get(first..).unwrap_or_default() {
+        let (from, to) = (a.max(pos), b.min(end));
+        if from >= to {
+            break;
+        }
+        if let (Some(src), Some(dst)) = (file.slice(from, to - from), out.get_mut(from - pos..to - pos)) {
+            dst.copy_from_slice(src);
+        }
+    }
+}
+
 /// A file's bytes read only where its data extents lie ([`MappedFile::extents`]); every other byte is zero.
 #[derive(Debug)]
 pub struct Extents<'a> {
@@ -153,18 +187,7 @@ impl Extents<'_> {
     /// The bytes `[pos, pos + out.len())` into `out`: read from the mapping inside the data extents, zero in
     /// the holes between and after them. Bytes outside the file read as zero too.
     pub fn read(&self, pos: usize, out: &mut [u8]) {
-        out.fill(0);
-        let end = pos.saturating_add(out.len());
-        let first = self.ranges.partition_point(|r| r.1 <= pos);
-        for &(a, b) in self.ranges.get(first..).unwrap_or_default() {
-            let (from, to) = (a.max(pos), b.min(end));
-            if from >= to {
-                break;
-            }
-            if let (Some(src), Some(dst)) = (self.file.slice(from, to - from), out.get_mut(from - pos..to - pos)) {
-                dst.copy_from_slice(src);
-            }
-        }
+        read_in_extents(self.file, &self.ranges, pos, out);
     }
 
     /// Whether a byte of `[from, to)` is non-zero (holes are zero and not read).
@@ -296,6 +319,22 @@ impl MappedFile {
         end
     }
 
+    /// Whether the file lives on tmpfs (shared memory), where reading a hole through a mapping allocates its page
+    /// and, on a full tmpfs, kills the process with SIGBUS (elsewhere a hole reads as the zero page).
+    pub fn on_tmpfs(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(file) = &self.file else { return false };
+        let mut st: libc::statfs = unsafe_zeroed_statfs();
+        #[allow(unsafe_code)]
+        // SAFETY: fstatfs writes one `statfs` into the struct we own and pass, for a descriptor `file` keeps open.
+        let ok = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } == 0;
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        // `f_type`'s integer type differs between C libraries and architectures.
+        #[allow(clippy::unnecessary_cast)]
+        let kind = st.f_type as i64;
+        ok && kind == TMPFS_MAGIC
+    }
+
     /// The file's bytes as the data extents `ranges` (from [`MappedFile::data_ranges`]) tell them: a reader of
     /// an old file that never touches a hole, for which a hole reads as zeros (see [`MappedFile::nonzero_end`]
     /// for why a hole must not be read through the mapping).
@@ -423,7 +462,7 @@ impl MappedFile {
     }
 
     /// Claims disk space for the whole file unless that was done (one atomic load when it was).
-    fn claim(&self) -> Result<()> {
+    pub fn claim(&self) -> Result<()> {
         if self.allocated.load(Ordering::Acquire) {
             return Ok(());
         }

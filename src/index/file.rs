@@ -112,6 +112,12 @@ pub struct IndexFile {
     checked: std::sync::atomic::AtomicBool,
     /// A view of a file another process holds the store's lock for ([`IndexFile::set_beside_writer`]).
     beside_writer: std::sync::atomic::AtomicBool,
+    /// The data extents of a sparse file found on tmpfs (a copy made with `cp --sparse`, or RocketMQ's own,
+    /// which it maps without claiming): reads go only there, holes read as zeros (see [`MappedFile::on_tmpfs`]).
+    /// Empty otherwise. Only while `sparse` is set: a writer (this process, having claimed the file's space)
+    /// or a live writer beside a view may fill the holes later.
+    extents: Vec<(usize, usize)>,
+    sparse: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for IndexFile {
@@ -185,12 +191,18 @@ impl IndexFile {
     pub fn open_in(storage: Storage, path: &Path, cfg: IndexConfig) -> Result<Self> {
         cfg.validate()?;
         let map = MappedFile::open_in(storage, path, 0, cfg.file_size())?;
+        let extents = if map.on_tmpfs() { map.data_ranges(0) } else { Vec::new() };
+        let sparse = map.on_tmpfs() && extents != [(0, map.size() as usize)];
         let h = stored_header(&map).ok_or_else(|| Error::Corruption {
             path: path.to_owned(),
             offset: 0,
             reason: "index header unreadable".into(),
         })?;
-        let f = Self::from_parts(map, cfg, h);
+        let mut f = Self::from_parts(map, cfg, h);
+        if sparse {
+            f.extents = extents;
+            f.sparse.store(true, std::sync::atomic::Ordering::Release);
+        }
         if storage == Storage::Overlay {
             f.settle_header();
         }
@@ -204,6 +216,8 @@ impl IndexFile {
     pub fn set_beside_writer(&self) {
         if self.map.storage() == Storage::Overlay {
             self.beside_writer.store(true, std::sync::atomic::Ordering::Release);
+            // The writer may fill the holes: read the mapping as it is.
+            self.sparse.store(false, std::sync::atomic::Ordering::Release);
         }
     }
 
@@ -239,7 +253,22 @@ impl IndexFile {
             header: RwLock::new(h),
             checked: std::sync::atomic::AtomicBool::new(false),
             beside_writer: std::sync::atomic::AtomicBool::new(false),
+            extents: Vec::new(),
+            sparse: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The `N` bytes at `pos`, `None` past the end of the file; in a sparse file on tmpfs only its data extents
+    /// are read (see `extents`).
+    fn bytes<const N: usize>(&self, pos: usize) -> Option<[u8; N]> {
+        let mut out = [0u8; N];
+        if self.sparse.load(std::sync::atomic::Ordering::Acquire) {
+            pos.checked_add(N).filter(|&end| end <= self.map.size() as usize)?;
+            crate::mmap::read_in_extents(&self.map, &self.extents, pos, &mut out);
+            return Some(out);
+        }
+        out.copy_from_slice(self.map.slice(pos, N)?);
+        Some(out)
     }
 
     /// Path of the file.
@@ -449,7 +478,7 @@ impl IndexFile {
         let next = h.index_count.max(1);
         if i64::from(next) < i64::from(self.index_num) && after_last_empty {
             let pos = self.entry_pos(next);
-            if self.map.slice(pos, ENTRY_SIZE).is_some_and(|b| b.iter().any(|&x| x != 0)) {
+            if self.bytes::<ENTRY_SIZE>(pos).is_some_and(|b| b.iter().any(|&x| x != 0)) {
                 return damage(
                     pos,
                     format!("indexCount {} but entry {next}, after the last, holds data", h.index_count),
@@ -557,12 +586,15 @@ impl IndexFile {
                 format!("hashSlotCount {} but {used} slots hold a chain", h.hash_slot_count),
             );
         }
-        let Some(slots) = self.map.slice(HEADER_SIZE, slot_num * SLOT_SIZE) else {
+        if HEADER_SIZE + slot_num * SLOT_SIZE > self.map.size() as usize {
             return damage(HEADER_SIZE, "the slot table lies outside the file".into());
-        };
+        }
         let beside_writer = self.is_beside_writer();
-        for (i, (stored, want)) in slots.chunks_exact(SLOT_SIZE).zip(&newest).enumerate() {
-            let mut stored = i32::from_be_bytes([stored[0], stored[1], stored[2], stored[3]]);
+        for (i, want) in newest.iter().enumerate() {
+            let Some(stored) = self.bytes::<SLOT_SIZE>(HEADER_SIZE + i * SLOT_SIZE) else {
+                return damage(HEADER_SIZE, "the slot table lies outside the file".into());
+            };
+            let mut stored = i32::from_be_bytes(stored);
             if beside_writer && stored >= count {
                 // A live writer's later entry: its chain leads back to what the view's header covers, as a query
                 // reads it (`before_snapshot_end`).
@@ -657,16 +689,16 @@ impl IndexFile {
     }
 
     fn slot(&self, key_hash: i32) -> Option<i32> {
-        be_i32(self.map.slice(self.slot_pos(key_hash), SLOT_SIZE)?, 0)
+        Some(i32::from_be_bytes(self.bytes::<SLOT_SIZE>(self.slot_pos(key_hash))?))
     }
 
     fn entry(&self, n: i32) -> Option<Entry> {
-        let b = self.map.slice(self.entry_pos(n), ENTRY_SIZE)?;
+        let b = self.bytes::<ENTRY_SIZE>(self.entry_pos(n))?;
         Some(Entry {
-            key_hash: be_i32(b, 0)?,
-            phy_offset: be_i64(b, 4)?,
-            time_diff: be_i32(b, 12)?,
-            prev: be_i32(b, 16)?,
+            key_hash: be_i32(&b, 0)?,
+            phy_offset: be_i64(&b, 4)?,
+            time_diff: be_i32(&b, 12)?,
+            prev: be_i32(&b, 16)?,
         })
     }
 }
@@ -699,6 +731,10 @@ impl IndexWriter<'_> {
             return Ok(false);
         }
         let slot_pos = f.slot_pos(key_hash);
+        // The file's space first (a sparse file found on disk: a full disk fails here, typed, with nothing
+        // read from a hole); from then on this process fills the holes, so reads go to the mapping.
+        f.map.claim()?;
+        f.sparse.store(false, std::sync::atomic::Ordering::Release);
         let Some(mut slot_value) = f.map.slice(slot_pos, SLOT_SIZE).and_then(|b| be_i32(b, 0)) else {
             return Err(Error::InvalidOffset {
                 offset: slot_pos as i64,
