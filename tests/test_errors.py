@@ -132,6 +132,21 @@ def test_an_empty_body_is_refused_where_rocketmq_would_put_it_again(env: Env, ho
     assert env.store.put(GOOD, b"", queue_id=2, delay_level=0).queue_offset == 0
 
 
+@pytest.mark.parametrize("delay_level", [0, 3])
+def test_an_empty_body_is_not_sent_back_for_a_delayed_retry(env: Env, delay_level: int) -> None:
+    """A plain message may have an empty body, but sending it back for a retry (due later, through the schedule
+    topic) is refused as `put` refuses a delayed one (review of 30e0319): RocketMQ's broker refuses the same
+    send-back, and its schedule service would drop it. The push consumer then consumes it again locally later,
+    as Java's client does when `sendMessageBack` fails."""
+    r = env.store.put(GOOD, b"", queue_id=2)
+    err = env.check_rejected(
+        lambda: env.store.send_message_back(r.wrote_offset, "grp", delay_level=delay_level),
+        rmq.InvalidMessageError,
+        ILLEGAL,
+    )
+    assert "needs a body" in str(err)
+
+
 def test_path_like_topics_create_nothing_outside_the_store(tmp_path: Path) -> None:
     with rmq.MessageStore(tmp_path / "deep" / "store", CONFIG) as store:
         before = snapshot(tmp_path)

@@ -280,6 +280,15 @@ impl MessageStore {
         let Some(level) = self.schedule_level(text.as_deref(), msg.transaction)? else {
             return Ok(msg.clone());
         };
+        if msg.body.is_empty() {
+            // As `put` refuses it (see `broker_properties`): a message sent back for a retry, or a commit, due
+            // later with an empty body, which RocketMQ's schedule service would drop.
+            return Err(Error::IllegalMessage(
+                "a delayed message needs a body: RocketMQ puts it again when due and refuses an empty body then; \
+                 nothing was written"
+                    .into(),
+            ));
+        }
         // `transformDelayLevelMessage` on the message's map (HashMap(128) filled in stored order).
         let parsed = properties::parse(msg.properties);
         let (level_text, qid_text) = (level.to_string(), msg.queue_id.to_string());
