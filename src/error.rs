@@ -107,6 +107,11 @@ pub enum Error {
     )]
     DiskSpaceWarning { path: PathBuf, used_percent: u32, warning_percent: u32 },
 
+    /// A read-only view's store was deleted and made again (or its commitlog directory replaced) under it: its
+    /// mapped files and queues are the old store's, which must not be read against the new one's log.
+    #[error("{0} was replaced under this read-only view (its commitlog directory is another one): open it again")]
+    Replaced(PathBuf),
+
     /// A flush failed earlier; the store refuses writes because durability can no longer be promised.
     #[error("the store is poisoned after a failed flush ({0}); reopen it to recover")]
     Poisoned(String),
@@ -146,6 +151,7 @@ impl Error {
             Error::PropertiesTooLarge { .. } => Some(PutMessageStatus::PropertiesSizeExceeded),
             Error::Closed
             | Error::Forked(_)
+            | Error::Replaced(_)
             | Error::Poisoned(_)
             | Error::ReadOnly(_)
             | Error::DiskSpaceWarning { .. } => Some(PutMessageStatus::ServiceNotAvailable),

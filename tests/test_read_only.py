@@ -546,3 +546,26 @@ def test_a_view_behind_the_writers_retention_takes_in_every_message_still_stored
                 assert [m.queue_offset for m in got] == list(range(high - len(got), high))
                 assert all(m.body == body + b"%06d" % (m.queue_offset * 4 + q) for m in got)
                 assert len(got) >= high - low - 1
+
+
+def test_refresh_refuses_a_store_replaced_under_the_view(tmp_path: Path) -> None:
+    """The store deleted and made again at the same path under a read-only view (review of this wave's Spark
+    fix): `refresh()` went on with the old store's mapped files and queues, resolving old queue entries against
+    the new log. It raises `StoreStateError` now, and a new view reads the new store."""
+    root = tmp_path / "store"
+    with rmq.MessageStore(root, CONFIG) as w:
+        for i in range(20):
+            w.put("T", f"old{i}".encode())
+    view = rmq.MessageStore(root, CONFIG, read_only=True)
+    view.refresh()  # unchanged: fine
+    assert view.get_max_offset_in_queue("T", 0) == 20
+    shutil.rmtree(root)
+    with rmq.MessageStore(root, CONFIG) as w:
+        for i in range(5):
+            w.put("T", f"new{i}".encode())
+    with pytest.raises(rmq.StoreStateError, match="was replaced under this read-only view"):
+        view.refresh()
+    view.close()
+    with rmq.MessageStore(root, CONFIG, read_only=True) as again:
+        assert again.refresh() >= 0 and again.get_max_offset_in_queue("T", 0) == 5
+        assert [bytes(m.body) for m in again.scan()] == [f"new{i}".encode() for i in range(5)]

@@ -200,7 +200,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::ReadOnly(_) => ReadOnlyError::new_err(msg),
         Error::Closed => StoreClosedError::new_err(msg),
         Error::Poisoned(_) => StorePoisonedError::new_err(msg),
-        Error::DiskSpaceWarning { .. } | Error::Forked(_) => StoreStateError::new_err(msg),
+        Error::DiskSpaceWarning { .. } | Error::Forked(_) | Error::Replaced(_) => StoreStateError::new_err(msg),
         Error::NotAStore { .. } => invalid_argument(msg),
     };
     Python::attach(|py| {

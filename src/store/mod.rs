@@ -40,6 +40,9 @@ pub(crate) type QueueTable = FxHashMap<String, FxHashMap<i32, i64>>;
 #[derive(Debug)]
 pub struct MessageStore {
     root: PathBuf,
+    /// Which directory `<root>/commitlog` was at the open (device, inode): a read-only view's `refresh` refuses
+    /// to go on when the path names another (the store was replaced under it).
+    log_dir: Option<(u64, u64)>,
     /// Fixed at open, except `maxMessageSize`, which lives in `max_message_size`.
     config: StoreConfig,
     /// `maxMessageSize`, re-read on every put as RocketMQ does.
@@ -271,6 +274,9 @@ impl MessageStore {
         self.check_open()?;
         if !self.is_read_only() {
             return Ok(self.commitlog.max_offset());
+        }
+        if self.log_dir.is_some() && dir_identity(&self.root.join("commitlog")) != self.log_dir {
+            return Err(Error::Replaced(self.root.clone()));
         }
         // Segments the writer's retention deleted meanwhile are still mapped: what they hold is dispatched
         // before they are dropped, so a view that was behind loses none of it. When every mapped segment was
@@ -531,6 +537,12 @@ impl MessageStore {
             }
         }
     }
+}
+
+/// Which directory `path` is (device, inode); `None` if it cannot be read.
+pub(super) fn dir_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl Drop for MessageStore {

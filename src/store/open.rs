@@ -367,6 +367,7 @@ impl MessageStore {
         let uniq = UniqIdGenerator::new(config.broker.store_host.ip());
         let mut store = MessageStore {
             root: root.to_owned(),
+            log_dir: super::dir_identity(&root.join("commitlog")),
             max_message_size: AtomicI32::new(config.commit_log.max_message_size),
             config,
             commitlog,
