@@ -137,15 +137,6 @@ pub fn data_ranges(file: &File, from: usize, size: usize) -> Vec<(usize, usize)>
     out
 }
 
-/// A zeroed `statfs` for `fstatfs` to fill.
-fn unsafe_zeroed_statfs() -> libc::statfs {
-    #[allow(unsafe_code)]
-    // SAFETY: `statfs` is a plain C struct of integers, for which all-zero bytes are a valid value.
-    unsafe {
-        std::mem::zeroed()
-    }
-}
-
 /// The bytes `[pos, pos + out.len())` of `file` into `out`, read from the mapping only inside `ranges` (its data
 /// extents, ascending, from [`MappedFile::data_ranges`]) and zero elsewhere.
 pub fn read_in_extents(file: &MappedFile, ranges: &[(usize, usize)], pos: usize, out: &mut [u8]) {
@@ -324,15 +315,18 @@ impl MappedFile {
     pub fn on_tmpfs(&self) -> bool {
         use std::os::fd::AsRawFd;
         let Some(file) = &self.file else { return false };
-        let mut st: libc::statfs = unsafe_zeroed_statfs();
+        let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
         #[allow(unsafe_code)]
-        // SAFETY: fstatfs writes one `statfs` into the struct we own and pass, for a descriptor `file` keeps open.
-        let ok = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } == 0;
+        // SAFETY: fstatfs fills the `statfs` we pass (uninitialised memory we own) for a descriptor `file` keeps
+        // open, and it is read only when the call succeeded.
+        let Some(st) = (unsafe { (libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) == 0).then(|| st.assume_init()) }) else {
+            return false;
+        };
         const TMPFS_MAGIC: i64 = 0x0102_1994;
         // `f_type`'s integer type differs between C libraries and architectures.
         #[allow(clippy::unnecessary_cast)]
         let kind = st.f_type as i64;
-        ok && kind == TMPFS_MAGIC
+        kind == TMPFS_MAGIC
     }
 
     /// The file's bytes as the data extents `ranges` (from [`MappedFile::data_ranges`]) tell them: a reader of

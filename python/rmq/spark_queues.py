@@ -28,7 +28,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -88,42 +87,28 @@ def store_root(path: str) -> str:
     raise FileNotFoundError(f"{p}: not a store or commitlog directory")
 
 
-_STORES: dict[str, tuple[MessageStore, tuple[int, int] | None]] = {}
-
-
-def _identity(root: str) -> tuple[int, int] | None:
-    """Which directory `root/commitlog` is (device, inode): a store deleted and made again at the same path, or
-    whose directories were replaced, has another."""
-    try:
-        st = os.stat(os.path.join(root, "commitlog"))
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
+_STORES: dict[str, MessageStore] = {}
 
 
 def open_store(path: str) -> MessageStore:
     """This process's read-only open of the store at `path`, refreshed (what was written since is taken in). A
-    store replaced underneath (its commitlog directory is another one now) is opened afresh, so its queues are
-    compared with the query's offsets (`failOnDataLoss`: the store was replaced) instead of the old store's
-    entries being read against the new log."""
+    store replaced underneath (`refresh()` raises: its commitlog directory is another one now) is opened afresh,
+    so its queues are compared with the query's offsets (`failOnDataLoss`: the store was replaced) instead of
+    the old store's entries being read against the new log."""
     from rmq.store import MessageStore
 
     root = store_root(path)
-    held = _STORES.get(root)
-    if held is not None:
-        store, identity = held
+    store = _STORES.get(root)
+    if store is not None:
         try:
-            if _identity(root) != identity:
-                raise _native.StoreStateError(f"{root} was replaced (its commitlog directory is another one)")
             store.refresh()
             return store
         except _native.RmqError as e:  # replaced or damaged underneath: open it afresh
             _log.warning("reopening %s after refresh failed: %s", root, e)
             del _STORES[root]
             store.close()
-    identity = _identity(root)
     store = MessageStore(root, read_only=True)
-    _STORES[root] = (store, identity)
+    _STORES[root] = store
     return store
 
 

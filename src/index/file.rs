@@ -192,7 +192,7 @@ impl IndexFile {
         cfg.validate()?;
         let map = MappedFile::open_in(storage, path, 0, cfg.file_size())?;
         let extents = if map.on_tmpfs() { map.data_ranges(0) } else { Vec::new() };
-        let sparse = map.on_tmpfs() && extents != [(0, map.size() as usize)];
+        let sparse = !extents.is_empty() && extents != [(0, map.size() as usize)];
         let h = stored_header(&map).ok_or_else(|| Error::Corruption {
             path: path.to_owned(),
             offset: 0,
