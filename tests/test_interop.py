@@ -256,7 +256,13 @@ CRASH_WRITER = textwrap.dedent(
     # The segment the warm service makes ahead of the writer, which a crash leaves behind all-zero.
     import time
     deadline = time.monotonic() + 60
-    while int(sorted(os.listdir(os.path.join(sys.argv[1], "commitlog")))[-1]) <= store.max_offset:
+    log = os.path.join(sys.argv[1], "commitlog")
+    def made_ahead():
+        last = sorted(os.listdir(log))[-1]
+        # Named and at its full size: the service creates the file, then claims its space.
+        size = os.path.getsize(os.path.join(log, last))
+        return int(last) > store.max_offset and size == t.CONFIG.mapped_file_size_commit_log
+    while not made_ahead():
         assert time.monotonic() < deadline, "no segment was made ahead"
         time.sleep(0.01)
     os._exit(0)  # no close: the abort file stays, as after a crash
