@@ -29,7 +29,15 @@ fn get_message(c: &mut Criterion) {
     while store.dispatch(u64::MAX, false).unwrap().records > 0 {}
     let mut g = c.benchmark_group("get_message");
     g.throughput(Throughput::Elements(32));
-    for (name, sub) in [("batch_32_all", Subscription::all()), ("batch_32_tag", Subscription::parse("TagA"))] {
+    // A subscription of 10,000 tags, the stored one last: each entry's tag code and each record's tag are found
+    // by binary search (a linear search per message before).
+    let many: Vec<String> = (0..10_000).map(|i| format!("Tag{i}")).chain(["TagA".to_owned()]).collect();
+    let subs = [
+        ("batch_32_all", Subscription::all()),
+        ("batch_32_tag", Subscription::parse("TagA")),
+        ("batch_32_of_10k_tags", Subscription::parse(&many.join(" || "))),
+    ];
+    for (name, sub) in subs {
         let mut offset = 0i64;
         g.bench_function(name, |b| {
             b.iter(|| {
@@ -39,6 +47,11 @@ fn get_message(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+    let mut g = c.benchmark_group("subscription");
+    g.throughput(Throughput::Elements(many.len() as u64));
+    let expression = many.join(" || ");
+    g.bench_function("parse_10k_tags", |b| b.iter(|| black_box(Subscription::parse(black_box(&expression)))));
     g.finish();
 }
 

@@ -16,7 +16,20 @@ from conftest import small_config
 
 S = rmq.GetMessageStatus
 TAGS = [None, "A", "B", "Aa", "BB"]  # "Aa" and "BB" share String.hashCode 2112
-SUBSCRIPTIONS = [None, "*", "A", "Aa", "BB", "A || BB", "Aa || B", "C"]
+# Reads alternate between these on one store (whose last parsed expression is cached): repeated tags and
+# spaces, and one of many tags, matched by binary search.
+SUBSCRIPTIONS = [
+    None,
+    "*",
+    "A",
+    "Aa",
+    "BB",
+    "A || BB",
+    "Aa || B",
+    "C",
+    " B||A ||  B",
+    " || ".join([f"t{i}" for i in range(3000)] + ["Aa"]),
+]
 SCAN_ENTRIES = 16000 // 20  # maxFilterMessageSize / CQ_STORE_UNIT_SIZE
 COUNT_CAP = 32  # maxTransferCountOnMessageInMemory
 

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -19,6 +19,7 @@ use super::message::{BoundaryType, Message, MessageExt, PutResult, RecordView, T
 use crate::commitlog::{Record, RecoveryMode};
 use crate::config::{Kind, Setting, StoreConfig, Value, SETTINGS};
 use crate::error::Error;
+use crate::store::get::Subscription;
 use crate::store::{self, BatchItem, PutMessage};
 
 /// An arrival as Python sees it: (topic, queue_id, next queue offset).
@@ -162,9 +163,27 @@ pub struct MessageStore {
     /// `_set_queue_limits`: a producer put at or past its topic's count is refused, as the broker's send check
     /// refuses it. Checked here, before the GIL is released, so the check costs a hash lookup.
     queue_limits: RwLock<FxHashMap<String, i32>>,
+    /// The last tag expression `get_message` parsed, and what it parsed to: a consumer pulls with the same
+    /// expression call after call, and one of many tags is worth parsing once (RocketMQ builds its
+    /// `SubscriptionData` once per subscription, not per pull).
+    last_subscription: Mutex<Option<(Box<str>, Arc<Subscription>)>>,
 }
 
 impl MessageStore {
+    /// `expression` parsed, from the one-entry cache when it is the last one parsed.
+    fn subscription(&self, expression: &str) -> Arc<Subscription> {
+        let cached = |last: &Option<(Box<str>, Arc<Subscription>)>| {
+            last.as_ref().filter(|(e, _)| &**e == expression).map(|(_, sub)| sub.clone())
+        };
+        if let Some(sub) = cached(&self.last_subscription.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return sub;
+        }
+        // Parsed without the lock: another thread's expression does not wait for this one.
+        let sub = Arc::new(Subscription::parse(expression));
+        *self.last_subscription.lock().unwrap_or_else(PoisonError::into_inner) = Some((expression.into(), sub.clone()));
+        sub
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn batch_call(
         &self,
@@ -293,7 +312,11 @@ impl MessageStore {
         let config = config_from_dict(config)?;
         let options = store::open::OpenOptions { recovery, read_only };
         let store = py.detach(|| store::MessageStore::open_with(&path, config, &options)).map_err(to_py)?;
-        Ok(MessageStore { inner: Arc::new(Handle(Arc::new(store))), queue_limits: RwLock::default() })
+        Ok(MessageStore {
+            inner: Arc::new(Handle(Arc::new(store))),
+            queue_limits: RwLock::default(),
+            last_subscription: Mutex::default(),
+        })
     }
 
     /// Replaces the configured topics' queue counts (`rmq.topics` calls it whenever its table changes).
@@ -958,9 +981,7 @@ impl MessageStore {
         #[pyo3(from_py_with = args::count_u64)] max_total_msg_size: u64,
     ) -> PyResult<GetMessageResult> {
         let inner = &self.inner;
-        let sub = subscription
-            .as_deref()
-            .map_or_else(crate::store::get::Subscription::all, crate::store::get::Subscription::parse);
+        let sub = subscription.as_deref().map_or_else(|| Arc::new(Subscription::all()), |e| self.subscription(e));
         let res = py
             .detach(|| inner.get_message(&group, &topic, queue_id, offset, max_msgs, max_total_msg_size, &sub))
             .map_err(to_py)?;

@@ -62,14 +62,19 @@ impl GetMessageStatus {
 /// otherwise the tags separated by `||`, trimmed, empty ones dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscription {
+    /// The tags in the expression's order, each once.
     tags: Vec<String>,
+    /// Indexes into `tags`, in the tags' byte order: the exact check is a binary search.
+    by_text: Vec<u32>,
+    /// The tags' hash codes, sorted, each once: the consume-queue check is a binary search (RocketMQ keeps
+    /// both in hash sets; a subscription of many tags costs log n per message, not n).
     codes: Vec<i32>,
 }
 
 impl Subscription {
     /// Every message.
     pub fn all() -> Self {
-        Subscription { tags: Vec::new(), codes: Vec::new() }
+        Subscription { tags: Vec::new(), by_text: Vec::new(), codes: Vec::new() }
     }
 
     /// Parses a tag expression such as `TagA || TagB`.
@@ -78,17 +83,18 @@ impl Subscription {
         if e.is_empty() || e == "*" {
             return Self::all();
         }
-        let mut tags: Vec<String> = Vec::new();
-        for t in e.split("||").map(str::trim).filter(|t| !t.is_empty()) {
-            if !tags.iter().any(|x| x == t) {
-                tags.push(t.to_owned());
-            }
-        }
+        let mut seen = rustc_hash::FxHashSet::default();
+        let tags: Vec<String> =
+            e.split("||").map(str::trim).filter(|t| !t.is_empty() && seen.insert(*t)).map(str::to_owned).collect();
         if tags.is_empty() {
             return Self::all();
         }
-        let codes = tags.iter().map(|t| string_hash(t)).collect();
-        Subscription { tags, codes }
+        let mut by_text: Vec<u32> = (0..tags.len() as u32).collect();
+        by_text.sort_unstable_by(|&a, &b| tags[a as usize].cmp(&tags[b as usize]));
+        let mut codes: Vec<i32> = tags.iter().map(|t| string_hash(t)).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        Subscription { tags, by_text, codes }
     }
 
     /// Whether every message matches.
@@ -103,7 +109,7 @@ impl Subscription {
 
     /// `isMatchedByConsumeQueue`: the entry's tagsCode, truncated to 32 bits, is one of the tags' hashes.
     pub fn matches_tags_code(&self, tags_code: i64) -> bool {
-        self.is_all() || self.codes.contains(&(tags_code as i32))
+        self.is_all() || self.codes.binary_search(&(tags_code as i32)).is_ok()
     }
 
     /// The exact check on the stored message: its `TAGS` value is one of the subscribed tags, so a tag with
@@ -114,8 +120,12 @@ impl Subscription {
         }
         let bytes = record.bytes();
         let Some(tags) = properties::get_raw(record.header.properties(bytes), keys::TAGS) else { return false };
-        let tags = decode_utf8_lossy(tags);
-        self.tags.iter().any(|t| t.as_str() == tags)
+        self.matches_tag(&decode_utf8_lossy(tags))
+    }
+
+    /// Whether `tag` is one of the subscribed tags (true for `*`).
+    pub fn matches_tag(&self, tag: &str) -> bool {
+        self.is_all() || self.by_text.binary_search_by(|&i| self.tags[i as usize].as_str().cmp(tag)).is_ok()
     }
 }
 
@@ -474,6 +484,52 @@ mod tests {
         let p = Subscription::parse("polygenelubricants");
         assert!(p.matches_tags_code(-2147483648));
         assert!(p.matches_tags_code(0x7_8000_0000));
+    }
+
+    proptest::proptest! {
+        /// Against the plain reading of `FilterAPI.build` and `isMatchedByConsumeQueue`: the tags in order, each
+        /// once; a code matches when some tag hashes to it (pairs such as "Aa" / "BB" share one); a tag matches
+        /// when it is one of them.
+        #[test]
+        fn subscription_matches_the_plain_model(
+            picks in proptest::collection::vec(0usize..12, 0..20),
+            spaces in proptest::collection::vec(0usize..3, 20),
+            probe in 0usize..12,
+        ) {
+            const POOL: [&str; 12] = ["Aa", "BB", "AaAa", "BBBB", "AaBB", "TagA", "TagB", "x", "tag with space",
+                                      "\u{e9}t\u{e9}", "*x", "polygenelubricants"];
+            let expr = picks
+                .iter()
+                .zip(&spaces)
+                .map(|(&i, &sp)| format!("{}{}{}", " ".repeat(sp), POOL[i], " ".repeat(sp)))
+                .collect::<Vec<_>>()
+                .join("||");
+            let s = Subscription::parse(&expr);
+            let mut model: Vec<&str> = Vec::new();
+            for &i in &picks {
+                if !model.contains(&POOL[i]) {
+                    model.push(POOL[i]);
+                }
+            }
+            proptest::prop_assert_eq!(s.is_all(), model.is_empty());
+            proptest::prop_assert_eq!(s.tags(), model.as_slice());
+            let tag = POOL[probe];
+            proptest::prop_assert_eq!(s.matches_tag(tag), model.is_empty() || model.contains(&tag));
+            let code = string_hash(tag);
+            let by_code = model.is_empty() || model.iter().any(|t| string_hash(t) == code);
+            proptest::prop_assert_eq!(s.matches_tags_code(i64::from(code)), by_code);
+        }
+    }
+
+    #[test]
+    fn a_subscription_of_many_tags_matches_each_of_them() {
+        let tags: Vec<String> = (0..100_000).map(|i| format!("tag-{i}")).collect();
+        let s = Subscription::parse(&tags.join(" || "));
+        assert_eq!(s.tags().len(), tags.len());
+        for t in tags.iter().step_by(997) {
+            assert!(s.matches_tag(t) && s.matches_tags_code(i64::from(string_hash(t))), "{t}");
+        }
+        assert!(!s.matches_tag("tag-100000") && !s.matches_tag("tag-") && !s.matches_tag(""));
     }
 
     #[test]
