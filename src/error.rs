@@ -1,7 +1,7 @@
 //! The one error type of the core. Each variant says what went wrong and what to do next; corruption and
 //! I/O errors carry the file and offset. The Python bindings map each variant to one exception class.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::message::PutMessageStatus;
 
@@ -64,8 +64,9 @@ pub enum Error {
     /// The filesystem has no space left (ENOSPC or EDQUOT) for `path`: `needed` bytes could not be claimed, when
     /// the amount is known. Nothing was written and no queue offset was used; the store stays open and
     /// readable, and writes go on once space is freed.
-    #[error("no space left on the device for {path}{}; nothing was written: free space and retry", needed_text(*.needed))]
-    DiskFull { path: PathBuf, needed: Option<u64> },
+    /// `inodes`: the filesystem has no free inodes left (it refused a new file; `df -h` may show free space).
+    #[error("{}", disk_full_text(path, *.needed, *.inodes))]
+    DiskFull { path: PathBuf, needed: Option<u64>, inodes: bool },
 
     /// Another process (a RocketMQ broker, another rmq) or another open store in this one holds the store
     /// directory's lock (RocketMQ's fcntl lock on `<root>/lock`); nothing was changed.
@@ -121,7 +122,12 @@ impl Error {
     /// Wraps an `io::Error` with the path it concerns; a full disk (ENOSPC, EDQUOT) becomes [`Error::DiskFull`].
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         match source.raw_os_error() {
-            Some(libc::ENOSPC | libc::EDQUOT) => Error::DiskFull { path: path.into(), needed: None },
+            Some(libc::ENOSPC) => {
+                let path = path.into();
+                let inodes = no_free_inodes(&path);
+                Error::DiskFull { path, needed: None, inodes }
+            }
+            Some(libc::EDQUOT) => Error::DiskFull { path: path.into(), needed: None, inodes: false },
             Some(libc::EMFILE) => {
                 let limit = crate::mmap::open_file_limit().map_or_else(String::new, |n| format!(" ({n})"));
                 let why = format!(
@@ -137,7 +143,7 @@ impl Error {
 
     /// [`Error::DiskFull`] for claiming `needed` bytes of `path`.
     pub fn disk_full(path: impl Into<PathBuf>, needed: u64) -> Self {
-        Error::DiskFull { path: path.into(), needed: Some(needed) }
+        Error::DiskFull { path: path.into(), needed: Some(needed), inodes: false }
     }
 
     /// The `PutMessageStatus` RocketMQ would report for this failure of a put, if it is one.
@@ -161,6 +167,43 @@ impl Error {
     }
 }
 
-fn needed_text(needed: Option<u64>) -> String {
-    needed.map(|n| format!(" ({n} bytes needed)")).unwrap_or_default()
+fn disk_full_text(path: &Path, needed: Option<u64>, inodes: bool) -> String {
+    let path = path.display();
+    if inodes {
+        return format!(
+            "no free inodes left on the filesystem of {path} (it holds as many files as it can; `df -i` shows it, \
+             `df -h` may show free space); nothing was written: delete files, or give the store a filesystem with \
+             more inodes, and retry"
+        );
+    }
+    let needed = needed.map(|n| format!(" ({n} bytes needed)")).unwrap_or_default();
+    format!("no space left on the device for {path}{needed}; nothing was written: free space and retry")
+}
+
+/// Whether the filesystem holding `path` (or its nearest existing parent) has no free inodes, so that ENOSPC
+/// on creating a file there means no inode rather than no space. A filesystem that does not count inodes
+/// (btrfs reports 0 of 0) never has none left.
+fn no_free_inodes(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let Some(dir) = path.ancestors().find(|p| !p.as_os_str().is_empty() && p.exists()) else { return false };
+        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        #[allow(unsafe_code)]
+        // SAFETY: `c` is a NUL-terminated path that lives across the call, and `st` is writable memory of the
+        // struct's size, which statvfs fills entirely when it returns 0 (read only then).
+        let st = unsafe {
+            if libc::statvfs(c.as_ptr(), st.as_mut_ptr()) != 0 {
+                return false;
+            }
+            st.assume_init()
+        };
+        st.f_files > 0 && st.f_favail == 0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
 }

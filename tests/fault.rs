@@ -96,7 +96,7 @@ fn allocate_enospc_on_a_new_segment_is_disk_full_writes_nothing_and_uses_no_queu
         };
         assert!(n > 5, "the segment was filled first");
         assert!(
-            matches!(&err, Error::DiskFull { path, needed: Some(SEG) } if path.starts_with(root.join("commitlog"))),
+            matches!(&err, Error::DiskFull { path, needed: Some(SEG), .. } if path.starts_with(root.join("commitlog"))),
             "{err:?}"
         );
         assert_eq!(err.put_status(), Some(PutMessageStatus::CreateMappedFileFailed));

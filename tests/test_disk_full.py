@@ -212,3 +212,66 @@ def test_a_sparse_copy_of_a_store_on_a_full_tmpfs_opens_reads_and_checks(tmpfs: 
     s = rmq.MessageStore(store)
     assert s.put("T", b"y", queue_id=0).queue_offset == 50
     s.close()
+
+
+INODES_CHILD = """
+import json, sys, rmq
+sys.path.insert(0, sys.argv[2])
+from conftest import small_config
+cfg = small_config(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=20 * 4096)
+out = {"first": None, "put": 0}
+s = rmq.MessageStore(sys.argv[1], cfg)
+try:
+    while out["put"] < 100000:
+        r = s.put("T", b"x" * 1000, queue_id=0, keys="k")
+        out["first"] = r.queue_offset if out["first"] is None else out["first"]
+        out["put"] += 1
+except rmq.DiskFullError as e:
+    out.update(errno=e.errno, message=str(e), oserror=isinstance(e, OSError))
+# Dispatch may be short of inodes too (a new consume-queue or index file): it goes on once there are some.
+s.wait_dispatched(5)
+out["max"] = s.get_max_offset_in_queue("T", 0)
+out["read"] = len(s.get_message("G", "T", 0, 0, 32).messages)
+print(json.dumps(out), flush=True)
+try:
+    s.close()
+except rmq.DiskFullError:
+    pass  # what could not be written at the close is written by the next open
+
+"""
+
+
+def test_no_free_inodes_is_disk_full_and_says_so(tmp_path: Path) -> None:
+    """A filesystem out of inodes refuses a new file with ENOSPC while `df -h` shows free space: the put that
+    needs a new segment is `DiskFullError` (nothing written, no queue offset used), and its message says that
+    inodes ran out, not space; once files are deleted, puts go on from the next queue offset."""
+    import os
+
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=32", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must mount a tmpfs for this test ({proc.stderr.strip()})")
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()})")
+    try:
+        spares = [mount / f"spare{i}" for i in range(4)]
+        for f in spares:
+            f.touch()
+        run = [sys.executable, "-c", INODES_CHILD, str(mount / "store"), str(Path(__file__).parent)]
+        first = json.loads(subprocess.run(run, capture_output=True, text=True, check=True, timeout=120).stdout)
+        assert first["errno"] == errno.ENOSPC and first["oserror"], first
+        assert "no free inodes" in first["message"] and "df -i" in first["message"], first["message"]
+        assert shutil.disk_usage(mount).free > 32 << 20, "space was never short"
+        n = first["put"]
+        assert n > 0 and 0 < first["max"] <= n and first["read"] == min(first["max"], 32), first
+        for f in spares:
+            f.unlink()
+        second = json.loads(subprocess.run(run, capture_output=True, text=True, check=True, timeout=120).stdout)
+        assert second["first"] == n and second["put"] > 0, second
+        assert "no free inodes" in second["message"], second
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=True)
