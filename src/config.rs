@@ -850,13 +850,24 @@ fn index_layouts_that_fit(bytes: &[u8]) -> Vec<(u32, u32)> {
         let slots = slot_bytes / SLOT_SIZE;
         let entry = |i: usize| HEADER_SIZE + slot_bytes + i * ENTRY_SIZE;
         let slot_of = |i: usize| be(entry(i)).map(|h| h.unsigned_abs() as usize % slots);
+        // An entry stored holds its key's hash, which is never 0 in practice (`abs(hashCode)` of "topic#key"):
+        // zeros read as an entry under a wrong layout must not fit just because slot 0 is the one in use.
         let fits_entry = |i: usize| -> Option<bool> {
             let slot = slot_of(i)?;
             let newest = usize::try_from(be(HEADER_SIZE + slot * SLOT_SIZE)?).ok()?;
             let prev = usize::try_from(be(entry(i) + 16)?).ok()?;
-            Some(newest >= i && newest < used && prev < i && (prev == 0 || slot_of(prev)? == slot))
+            Some(
+                be(entry(i))? != 0 && newest >= i && newest < used && prev < i && (prev == 0 || slot_of(prev)? == slot),
+            )
         };
-        if (1..used).all(|i| fits_entry(i) == Some(true)) {
+        // Every slot in use names a stored entry of its own slot (or the one a live writer is adding, which the
+        // header does not count yet): the bytes of entries read under a wrong layout as slots name none.
+        let fits_slot = |s: usize| -> Option<bool> {
+            let newest = be(HEADER_SIZE + s * SLOT_SIZE)?;
+            let Ok(n) = usize::try_from(newest) else { return Some(false) };
+            Some(n == 0 || n == used || (n < used && slot_of(n)? == s))
+        };
+        if (1..used).all(|i| fits_entry(i) == Some(true)) && (0..slots).all(|s| fits_slot(s) == Some(true)) {
             if let (Ok(s), Ok(e)) = (u32::try_from(slots), u32::try_from(entries)) {
                 fits.push((s, e));
             }
@@ -966,5 +977,48 @@ mod tests {
         assert_eq!(FileSizes::read(tmp.path()).expect("read").index, Some((64, 128)));
         let config = StoreConfig::from_files(tmp.path()).expect("config");
         assert_eq!((config.index.max_hash_slot_num, config.index.max_index_num), (64, 128));
+    }
+
+    /// An index file of `slots` and `entries` holding `keys` as `putKey` writes them: (hash, phyOffset,
+    /// timeDiff) each.
+    fn index_bytes(slots: usize, entries: usize, keys: &[(i32, i64, i32)]) -> Vec<u8> {
+        let mut b = vec![0u8; 40 + 4 * slots + 20 * entries];
+        let entry = |i: usize| 40 + 4 * slots + 20 * i;
+        for (n, &(hash, phy, diff)) in keys.iter().enumerate() {
+            let i = n + 1;
+            let slot = 40 + 4 * (hash.unsigned_abs() as usize % slots);
+            let prev = i32::from_be_bytes(b[slot..slot + 4].try_into().expect("4 bytes"));
+            b[entry(i)..entry(i) + 4].copy_from_slice(&hash.to_be_bytes());
+            b[entry(i) + 4..entry(i) + 12].copy_from_slice(&phy.to_be_bytes());
+            b[entry(i) + 12..entry(i) + 16].copy_from_slice(&diff.to_be_bytes());
+            b[entry(i) + 16..entry(i) + 20].copy_from_slice(&prev.to_be_bytes());
+            b[slot..slot + 4].copy_from_slice(&(i as i32).to_be_bytes());
+        }
+        b[36..40].copy_from_slice(&(keys.len() as i32 + 1).to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn one_key_in_slot_0_at_offset_0_tells_its_layout() {
+        // The first message's key (commitlog offset 0, the file's first second) hashing to slot 0: the entry
+        // is its hash and zeros, and zeros read as an entry under any other layout used to fit too (an open
+        // without a config then asked for the sizes, for about one store in fourteen).
+        let b = index_bytes(16, 32, &[(16 * 12345, 0, 0)]);
+        assert_eq!(index_layouts_that_fit(&b), [(16, 32)]);
+    }
+
+    proptest::proptest! {
+        /// A file `putKey` wrote always fits its own layout.
+        #[test]
+        fn an_index_file_fits_its_own_layout(
+            slots in 1usize..40,
+            extra in 0usize..20,
+            keys in proptest::collection::vec((1i32..=i32::MAX, 0i64..1 << 20, 0i32..5), 1..30),
+        ) {
+            let entries = keys.len() + 1 + extra;
+            let b = index_bytes(slots, entries, &keys);
+            let fits = index_layouts_that_fit(&b);
+            proptest::prop_assert!(fits.contains(&(slots as u32, entries as u32)), "{fits:?}");
+        }
     }
 }

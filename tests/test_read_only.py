@@ -170,12 +170,7 @@ def test_reading_the_config_files_of_a_brokers_directory_creates_no_lock_file(tm
     from rmq.offsets import ConsumerOffsetManager
 
     root = tmp_path / "s"
-    # The reader opens without a config, so the store's index sizes must be told by its files: RocketMQ's ratio
-    # of 4 entries per slot does. (With CONFIG's 2 per slot and one key, the file's layout fitted more than one
-    # pair of sizes for about one key hash in ten, and the open asked for the sizes: a flaky test.)
-    with rmq.MessageStore(
-        root, small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=64)
-    ) as store:
+    with rmq.MessageStore(root, CONFIG) as store:
         store.put("T", b"x")
         store.create_topic("T", 4, 4)
         offsets = ConsumerOffsetManager(store.consumer_offset_path)
