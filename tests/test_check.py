@@ -387,3 +387,21 @@ def test_a_truncated_index_file_is_rebuilt_not_refused(
         assert found(store) == [1] * len(keys)
     code, out, err = run(root)
     assert code == 0, (out, err)
+
+
+def test_a_records_changed_keys_are_named_as_a_cause_of_an_index_mismatch(
+    base: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    """A record's properties carry no CRC: a changed byte in its KEYS is seen only as index entries that no longer
+    match it. Check must not blame the index alone for it: it says the message's keys may be what changed."""
+    root = tmp_path / "s"
+    shutil.copytree(base[0], root)
+    path, pos = segment(root, base[1][7])
+    data = path.read_bytes()
+    at = data.index(b"KEYS\x01k7\x02", pos)
+    patch(path, at + 6, b"X")  # KEYS k7 -> kX
+    rep: dict[str, Any] = check_store(root, CONFIG)
+    found = [f for f in rep["findings"] if f["area"] == "index"]
+    assert found and "the message there has no key of the entry's hash" in found[0]["what"], rep["findings"]
+    assert "the message's keys are: its properties carry no CRC" in found[0]["what"], found
+    assert not [f for f in rep["findings"] if f["area"] == "commitlog"], rep["findings"]  # the body CRC holds

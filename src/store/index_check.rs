@@ -302,14 +302,26 @@ fn check_entries(file: &IndexFile, log: &CommitLog, down_to: u64) -> Option<(u64
             None => at < log.min_offset() && offset >= 0,
         };
         if !ok {
-            bad = Some((
-                file.entry_position(n) + 4,
-                format!("entry {n} (commitlog offset {offset}) has no message with a key of its hash"),
-            ));
+            let found = last.as_ref().is_some_and(|(_, h)| h.is_some());
+            bad = Some((file.entry_position(n) + 4, entry_mismatch(n, offset, found)));
         }
         ok
     });
     bad
+}
+
+/// Why entry `n`, pointing at commitlog `offset`, does not hold: no message starts there, or (`found`) the one
+/// there has no key of the entry's hash, which is damage to the entry or to the message's keys (a record's
+/// properties carry no CRC, so changed KEYS or UNIQ_KEY bytes are seen only here).
+pub(super) fn entry_mismatch(n: i32, offset: i64, found: bool) -> String {
+    if found {
+        format!(
+            "entry {n} (commitlog offset {offset}): the message there has no key of the entry's hash (the entry \
+             is damaged, or the message's keys are: its properties carry no CRC)"
+        )
+    } else {
+        format!("entry {n} (commitlog offset {offset}): no message starts there")
+    }
 }
 
 /// The open's check of the index (module docs). `restart`: after a crash, where dispatch restarts (entries

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::index_check::key_hashes;
+use super::index_check::{entry_mismatch, key_hashes};
 use super::matching::{tags_code, EntryCode, QueueMatches};
 use super::open::OpenOptions;
 use super::MessageStore;
@@ -448,13 +448,10 @@ fn check_index(
                 };
                 cached = Some((offset, hashes));
             }
-            let ok = cached.as_ref().and_then(|(_, h)| h.as_ref()).is_some_and(|h| h.contains(&hash));
-            if !ok {
+            let hashes = cached.as_ref().and_then(|(_, h)| h.as_ref());
+            if !hashes.is_some_and(|h| h.contains(&hash)) {
                 bad += 1;
-                first.get_or_insert((
-                    f.entry_position(n),
-                    format!("entry {n} (commitlog offset {offset}) has no message with a key of its hash"),
-                ));
+                first.get_or_insert((f.entry_position(n), entry_mismatch(n, offset, hashes.is_some())));
             }
             true
         });
