@@ -22,6 +22,7 @@ import pytest
 
 import rmq
 from conftest import SEGMENT, small_config
+from rmq.check import check_store
 
 CONFIG = small_config(mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16, max_index_num=32)
 TOPICS = ("RoA", "RoB")
@@ -569,3 +570,51 @@ def test_refresh_refuses_a_store_replaced_under_the_view(tmp_path: Path) -> None
     with rmq.MessageStore(root, CONFIG, read_only=True) as again:
         assert again.refresh() >= 0 and again.get_max_offset_in_queue("T", 0) == 5
         assert [bytes(m.body) for m in again.scan()] == [f"new{i}".encode() for i in range(5)]
+
+
+BOUNDARY_WRITER = """
+import sys, time, rmq
+from conftest import small_config
+cfg = small_config(mapped_file_size_consume_queue=20 * 8)
+with rmq.MessageStore(sys.argv[1], cfg) as s:
+    for i in range(8):
+        s.put("T", b"d%d" % i, queue_id=0)
+    assert s.wait_dispatched(10)
+s = rmq.MessageStore(sys.argv[1], cfg, start_services=False)  # puts from here on are not dispatched
+for i in range(8, 11):
+    s.put("T", b"d%d" % i, queue_id=0)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_view_beside_a_writer_whose_queue_ends_at_a_file_boundary_reports_no_loss(tmp_path: Path) -> None:
+    """A live writer's queue that ends exactly at the end of a consume-queue file, with later messages of it in
+    the log not yet dispatched (the writer's dispatch lags its log), is the writer's progress: a view reads them
+    (dispatched in memory) and reports no rebuilt queue. A view said "the newest consume-queue file was lost", and
+    `rmq check` beside a healthy live store said rmq would rebuild that queue (2 of 15 runs of the live-writer check
+    test on a loaded machine)."""
+    root = tmp_path / "s"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", BOUNDARY_WRITER, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        before = snapshot(root)
+        with rmq.MessageStore(root, read_only=True) as view:
+            assert view.recovery_report["rebuilt_queues"] == [], view.recovery_report["rebuilt_reasons"]
+            assert view.get_max_offset_in_queue("T", 0) == 11
+            # One consume-queue file per call: the messages of the file not written yet come in the second.
+            first = view.get_message("G", "T", 0, 0, 32)
+            second = view.get_message("G", "T", 0, first.next_begin_offset, 32)
+            assert [m.body for m in first.messages + second.messages] == [b"d%d" % i for i in range(11)]
+        rep = check_store(root)
+        assert rep["rmq_verdict"].startswith("clean"), rep["rmq_verdict"]
+        assert snapshot(root) == before
+    finally:
+        writer.kill()
+        writer.communicate()  # and closes its pipes

@@ -83,12 +83,12 @@ impl MessageStore {
         } else {
             None
         };
-        if let Some(ix) = index.as_ref().filter(|_| options.read_only) {
-            // A view of a store another process holds the lock of: the newest index file is that writer's work
-            // in progress, not damage to rebuild from the commitlog at every open.
-            if crate::checkpoint::lock_holder(root).is_some() {
-                ix.set_beside_writer();
-            }
+        // A view of a store another process holds the lock of: what that writer has not dispatched yet is its
+        // work in progress, not loss.
+        let beside_writer = options.read_only && crate::checkpoint::lock_holder(root).is_some();
+        if let Some(ix) = index.as_ref().filter(|_| beside_writer) {
+            // The newest index file is not damage to rebuild from the commitlog at every open.
+            ix.set_beside_writer();
         }
         let mut holes = Vec::new();
         let mut torn_entries = Vec::new();
@@ -261,10 +261,17 @@ impl MessageStore {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            // Beside a live writer a "hole" may be the writer's next entries, written between this view's scan
+            // of the queue and its look past the scan's end: the view cuts there and dispatches the rest from the
+            // log in memory, as for a hole, without calling it loss.
+            let in_progress = beside_writer && hole && !torn && bad.is_none();
             if hole || torn || bad.is_some() {
                 let from_q = bad.unwrap_or(cq.max_offset()).min(cq.max_offset());
                 cq.truncate_to(from_q)?;
                 lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
+            }
+            if (hole || torn || bad.is_some()) && !in_progress {
+                let from_q = cq.max_offset();
                 recovery.rebuilt_queue(
                     &cq,
                     match bad {
@@ -285,10 +292,14 @@ impl MessageStore {
                 cq_frontier = Some(cq_frontier.map_or(m, |f| f.max(m)));
                 // A queue that ends exactly at a file boundary may have lost its newest file (deleted, or
                 // truncated to nothing): dispatch from its last entry on, so any later record of it comes back.
+                // Beside a live writer the queue may simply not have its next file yet (the writer's dispatch lags
+                // its log): the view dispatches the rest in memory as for any queue, and says nothing was lost.
                 let max = cq.max_offset();
                 if !hole && !torn && bad.is_none() && max > 0 && max.is_multiple_of(cq.entries_per_file()) {
                     lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
-                    at_boundary.push((cq.clone(), max));
+                    if !beside_writer {
+                        at_boundary.push((cq.clone(), max));
+                    }
                 }
             }
         }
