@@ -257,7 +257,7 @@ def test_no_free_inodes_is_disk_full_and_says_so(tmp_path: Path) -> None:
             pytest.fail(f"CI must mount a tmpfs for this test ({proc.stderr.strip()})")
         pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()})")
     try:
-        spares = [mount / f"spare{i}" for i in range(4)]
+        spares = [mount / f"spare{i}" for i in range(6)]
         for f in spares:
             f.touch()
         run = [sys.executable, "-c", INODES_CHILD, str(mount / "store"), str(Path(__file__).parent)]
@@ -266,7 +266,8 @@ def test_no_free_inodes_is_disk_full_and_says_so(tmp_path: Path) -> None:
         assert "no free inodes" in first["message"] and "df -i" in first["message"], first["message"]
         assert shutil.disk_usage(mount).free > 32 << 20, "space was never short"
         n = first["put"]
-        assert n > 0 and 0 < first["max"] <= n and first["read"] == min(first["max"], 32), first
+        # The queue may lag (its file, or all of it, waits for an inode: dispatch goes on when there is one).
+        assert n > 0 and 0 <= first["max"] <= n and first["read"] == min(first["max"], 32), first
         for f in spares:
             f.unlink()
         second = json.loads(subprocess.run(run, capture_output=True, text=True, check=True, timeout=120).stdout)
