@@ -178,3 +178,37 @@ def test_a_consumer_on_a_full_disk_fails_to_start_or_stop_typed_and_leaves_no_th
     again = rmq.ConsumerOffsetManager(disk / "store" / "config" / "consumerOffset.json")
     again.load()
     assert again.query_offsets("G", "T") == {0: 4, 1: 4, 2: 0, 3: 0}
+
+
+def test_a_delay_offsets_persist_that_fails_leaves_no_temporary_file(disk: Path) -> None:
+    """`config/delayOffset.json` is written as the other config files are (a `.tmp`, then renames): on a full disk
+    the persist raises `DiskFullError` and leaves no `delayOffset.json.tmp` behind (it was left, empty); after
+    space is freed the next persist writes the offsets."""
+    import time
+
+    cfg = rmq.StoreConfig(
+        mapped_file_size_commit_log=1 << 20,
+        message_delay_level="1s 2s",
+        flush_delay_offset_interval=3_600_000,
+        **SMALL_DERIVED,
+    )
+    store = rmq.MessageStore(disk / "store", cfg)
+    filler = Filler(disk / "filler")
+    try:
+        store.put("T", b"later", delay_level=1)
+        deadline = time.monotonic() + 30
+        while store.delay_offsets().get(1) != 1:
+            assert time.monotonic() < deadline, store.delay_offsets()
+            time.sleep(0.05)
+        filler.fill()
+        with pytest.raises(rmq.DiskFullError):
+            store.persist_delay_offsets()
+        assert leftovers(disk / "store" / "config") == []
+        filler.free()
+        store.persist_delay_offsets()
+        assert leftovers(disk / "store" / "config") == []
+        assert b"1:1" in (disk / "store" / "config" / "delayOffset.json").read_bytes()
+    finally:
+        if (disk / "filler").exists():
+            filler.free()
+        store.close()

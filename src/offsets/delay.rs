@@ -191,14 +191,21 @@ pub fn persist(path: &Path, table: &DelayTable) -> Result<()> {
     tmp_name.push(".tmp");
     let tmp = path.with_file_name(tmp_name);
     let text = encode(table);
-    (|| {
+    let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()
-    })()
-    .map_err(|e| Error::io(&tmp, e))?;
+    })();
+    if let Err(e) = written {
+        // A full disk: the file and its .bak keep their content, and no half-written .tmp is left behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(&tmp, e));
+    }
     if path.exists() {
-        std::fs::rename(path, bak_path(path)).map_err(|e| Error::io(path, e))?;
+        if let Err(e) = std::fs::rename(path, bak_path(path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(path, e));
+        }
     }
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
     crate::mmap::sync_dir(dir)
