@@ -673,7 +673,14 @@ def test_filter_options_belong_to_the_dataframe(spark: SparkSession, three_topic
     assert 0 < len(want) < 200
     assert df.count() == len(want) and df.where(F.col("topic") == "TopicA").count() > 0
     assert spark_rows(df) == sorted(want, key=lambda r: r["commitlog_offset"]) and df.count() == len(want)
-    for bad in ({"mode": "LENIENT"}, {"storeTimestampFrom": "yesterday"}, {"splitSize": "0"}, {"pushdown": "yes"}):
+    swapped = {"storeTimestampFrom": "2026-01-02", "storeTimestampTo": "2026-01-01"}  # a user's swap, not "none"
+    for bad in (
+        {"mode": "LENIENT"},
+        {"storeTimestampFrom": "yesterday"},
+        {"splitSize": "0"},
+        {"pushdown": "yes"},
+        swapped,
+    ):
         with pytest.raises(Exception, match="InvalidConfigError"):
             rs.read(spark, three_topics, **bad).count()
 

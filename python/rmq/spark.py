@@ -244,6 +244,12 @@ class RocketMQReader(DataSourceReader):
         self.min_partitions = _int_option(options, "minPartitions", 1)
         self.min_ms = _store_ms(options, "storeTimestampFrom")
         until = _store_ms(options, "storeTimestampTo")
+        if self.min_ms is not None and until is not None and self.min_ms > until:
+            # An empty range [t, t) may be meant (a window with nothing in it); one that ends before it starts is
+            # two options swapped, which would read nothing without a word.
+            raise _native.InvalidConfigError(
+                f"option storeTimestampFrom ({self.min_ms} ms) is after storeTimestampTo ({until} ms): swapped?"
+            )
         self.max_ms = None if until is None else until - 1  # exclusive bound
 
     def partitions(self) -> Sequence[InputPartition]:
