@@ -229,3 +229,24 @@ def test_a_damaged_record_in_an_older_segment_leaves_its_queue_as_rocketmq_serve
     with rmq.MessageStore(root, FIXTURE_CFG, read_only=True) as s:
         r = s.get_message("g", t, q, k, 1)
         assert any(d[1] == record for d in r.damaged), r.damaged
+
+
+def test_a_newest_queue_file_left_empty_lists_its_queue_once(tmp_path: Path) -> None:
+    """A queue's newest consume-queue file truncated to nothing after a clean close is found by two checks (the
+    queue ends at a file boundary; the log holds messages of it after its last entry). The recovery report listed
+    the queue twice, with a reason each; it is listed once, with both reasons, and every message comes back."""
+    cfg = small_config(mapped_file_size_consume_queue=20 * 8)
+    root = tmp_path / "s"
+    with rmq.MessageStore(root, cfg) as s:
+        for i in range(20):
+            s.put("T", b"m%d" % i)
+        assert s.wait_dispatched(10)
+    newest = sorted((root / "consumequeue" / "T" / "0").iterdir())[-1]
+    newest.write_bytes(b"")
+    for read_only in (True, False):
+        with rmq.MessageStore(root, cfg, read_only=read_only) as s:
+            assert s.recovery_report["rebuilt_queues"] == ["T/0"], s.recovery_report["rebuilt_reasons"]
+            (why,) = s.recovery_report["rebuilt_reasons"]
+            assert "after a clean close" in why and "; also: " in why, why
+            got = [m.body for o in (0, 8, 16) for m in s.get_message("G", "T", 0, o, 8).messages]
+            assert got == [b"m%d" % i for i in range(20)]

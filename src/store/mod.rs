@@ -160,9 +160,21 @@ impl RecoveryReport {
         self.rebuilt_queue_id(cq.topic(), cq.queue_id(), why);
     }
 
+    /// As [`rebuilt_queue`](Self::rebuilt_queue); a queue found twice (two checks saw the same loss, as a newest
+    /// file left empty after a clean close) is listed once, its reasons joined.
     pub(crate) fn rebuilt_queue_id(&mut self, topic: &str, queue_id: i32, why: String) {
-        self.rebuilt_queues.push(format!("{topic}/{queue_id}"));
-        self.rebuilt_reasons.push(why);
+        let name = format!("{topic}/{queue_id}");
+        match self.rebuilt_queues.iter().position(|q| *q == name) {
+            Some(i) => {
+                let reason = &mut self.rebuilt_reasons[i];
+                reason.push_str("; also: ");
+                reason.push_str(&why);
+            }
+            None => {
+                self.rebuilt_queues.push(name);
+                self.rebuilt_reasons.push(why);
+            }
+        }
     }
 }
 
