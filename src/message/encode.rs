@@ -99,8 +99,20 @@ fn stored_properties_len(props: &[u8], opts: &EncodeOptions) -> (usize, bool) {
     (props.len() + usize::from(add_sep) + CRC32_RESERVED_LEN, add_sep)
 }
 
-/// Checks every limit, then appends the record to `out`. On error `out` is unchanged.
-pub fn encode_record(input: &EncodeInput<'_>, opts: &EncodeOptions, out: &mut Vec<u8>) -> Result<EncodedRecord> {
+/// What [`encode_record`] checks, and the record's layout: every error a record can be refused with, found
+/// without writing a byte (a batch's check before anything is put, [`check_record`]).
+struct Layout {
+    born: std::net::SocketAddr,
+    store: std::net::SocketAddr,
+    sys_flag: i32,
+    v2: bool,
+    topic_len: usize,
+    props_len: usize,
+    add_sep: bool,
+    total: usize,
+}
+
+fn layout(input: &EncodeInput<'_>, opts: &EncodeOptions) -> Result<Layout> {
     let born = canonical_host(input.born_host);
     let store = canonical_host(input.store_host);
     let mut sys_flag = input.sys_flag & !(sysflag::BORNHOST_V6 | sysflag::STOREHOST_V6);
@@ -137,7 +149,18 @@ pub fn encode_record(input: &EncodeInput<'_>, opts: &EncodeOptions, out: &mut Ve
             "record of {total} bytes exceeds max_message_size + 64 KiB = {max_total}"
         )));
     }
+    Ok(Layout { born, store, sys_flag, v2, topic_len, props_len, add_sep, total })
+}
 
+/// Whether [`encode_record`] would encode `input`: the same checks and errors, nothing written or computed
+/// beyond them (no body copy, no CRC). Returns the record's length.
+pub fn check_record(input: &EncodeInput<'_>, opts: &EncodeOptions) -> Result<usize> {
+    layout(input, opts).map(|l| l.total)
+}
+
+/// Checks every limit, then appends the record to `out`. On error `out` is unchanged.
+pub fn encode_record(input: &EncodeInput<'_>, opts: &EncodeOptions, out: &mut Vec<u8>) -> Result<EncodedRecord> {
+    let Layout { born, store, sys_flag, v2, topic_len, props_len, add_sep, total } = layout(input, opts)?;
     let start = out.len();
     out.reserve(total);
     let be32 = |out: &mut Vec<u8>, v: i32| out.extend_from_slice(&v.to_be_bytes());

@@ -9,7 +9,9 @@ use smallvec::SmallVec;
 use crate::commitlog::{now_ms, Appended};
 use crate::config::FlushDiskType;
 use crate::error::{Error, Result};
-use crate::message::encode::{encode_record, strip_crc_property, EncodeInput, EncodeOptions, EncodedRecord};
+use crate::message::encode::{
+    check_record, encode_record, strip_crc_property, EncodeInput, EncodeOptions, EncodedRecord,
+};
 use crate::message::ids::{offset_msg_id, UniqKey};
 use crate::message::properties::{self, keys, BROKER_MAP_CAPACITY, CLIENT_MAP_CAPACITY};
 use crate::message::tags::SCHEDULE_TOPIC;
@@ -530,6 +532,7 @@ impl MessageStore {
             born_timestamp,
             reconsume_times,
             wait_store_msg_ok,
+            false,
         )?;
         self.append(topic, queue_id, TransactionType::NotType, &mut buf, &records, uniq_keys, wait_store_msg_ok)
     }
@@ -559,6 +562,7 @@ impl MessageStore {
             born_timestamp,
             reconsume_times,
             wait_store_msg_ok,
+            true,
         )
         .map(drop)
     }
@@ -575,6 +579,7 @@ impl MessageStore {
         born_timestamp: Option<i64>,
         reconsume_times: i32,
         wait_store_msg_ok: bool,
+        dry: bool,
     ) -> Result<EncodedBatch> {
         validate::check_topic(topic)?;
         validate::check_message_fields(sys_flag, queue_id, reconsume_times, 0)?;
@@ -586,7 +591,8 @@ impl MessageStore {
         let max_body = usize::try_from(opts.max_message_size).unwrap_or(0);
         let now = now_ms();
         let wait = if wait_store_msg_ok { "true" } else { "false" };
-        let mut buf = Vec::with_capacity(items.iter().map(|i| 160 + i.body.len()).sum());
+        // A dry run (`check_batch`) makes the same checks without the records' bytes: no buffer, body copy or CRC.
+        let mut buf = if dry { Vec::new() } else { Vec::with_capacity(items.iter().map(|i| 160 + i.body.len()).sum()) };
         let mut records = Vec::with_capacity(items.len());
         let mut uniq_keys = PerRecord::with_capacity(items.len());
         let mut props = Vec::with_capacity(256);
@@ -632,7 +638,11 @@ impl MessageStore {
                 queue_offset: 0,
                 physical_offset: 0,
             };
-            records.push(encode_record(&input, &opts, &mut buf)?);
+            if dry {
+                check_record(&input, &opts)?;
+            } else {
+                records.push(encode_record(&input, &opts, &mut buf)?);
+            }
             uniq_keys.push(uniq.unwrap_or_else(|| given_uniq_key(item.properties)));
         }
         Ok(EncodedBatch { buf, records, uniq_keys })
