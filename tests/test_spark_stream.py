@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -220,6 +221,19 @@ def test_batch_offsets_json_earliest_latest_and_topics(spark: SparkSession, time
     beyond = spark.read.format("rocketmq").option("topics", "Beta").option("endingOffsets", '{"Beta":{"0":999}}')
     with pytest.raises(Exception, match=r"holds \[0, 24\)"):
         beyond.load(str(root)).collect()
+    # Per-queue JSON naming what the read does not cover is refused, not left out (a typo read everything).
+    for option, value, says in (
+        ("startingOffsets", '{"Alpah":{"0":3}}', "names topic 'Alpah', which the store does not hold"),
+        ("startingOffsets", '{"Beta":{"0":1}}', "names topic 'Beta', which this query does not read"),
+        ("endingOffsets", '{"Alpha":{"7":3}}', "names queue 7 of topic 'Alpha', which the store does not hold"),
+        ("startingOffsetsByTimestamp", '{"Beta":{"0":1}}', "names topic 'Beta', which this query does not read"),
+    ):
+        named_wrong = spark.read.format("rocketmq").option("topicPattern", "Al.*").option(option, value)
+        with pytest.raises(Exception, match=re.escape(says)):
+            named_wrong.load(str(root)).collect()
+    absent = spark.read.format("rocketmq").option("startingOffsets", '{"Gamma":{"0":0}}')
+    with pytest.raises(Exception, match="names topic 'Gamma', which the store does not hold"):
+        absent.load(str(root)).collect()
 
 
 def test_batch_timestamps_follow_kafkas_rule(spark: SparkSession, timed_store: Any) -> None:

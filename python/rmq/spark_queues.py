@@ -285,6 +285,29 @@ def resolve(
     return out
 
 
+def check_named_queues(bound: Bound, which: str, opts: QueueOptions, queues: Sequence[tuple[str, int]]) -> None:
+    """A batch read's per-queue JSON may name only queues it reads: a topic the query does not read or the store
+    does not hold, or a queue the store does not hold, is `InvalidConfigError` (a typo read everything from the
+    earliest offset without a word)."""
+    if bound.offsets is None:
+        return
+    name = f"{which}Offsets" if bound.kind == "offsets" else f"{which}OffsetsByTimestamp"
+    held: dict[str, set[str]] = {}
+    for t, q in queues:
+        held.setdefault(t, set()).add(str(q))
+    for t, qs in bound.offsets.items():
+        if not opts.selects(t):
+            raise _native.InvalidConfigError(f"option {name} names topic {t!r}, which this query does not read")
+        if t not in held:
+            raise _native.InvalidConfigError(f"option {name} names topic {t!r}, which the store does not hold")
+        for q in qs:
+            if q not in held[t]:
+                raise _native.InvalidConfigError(
+                    f"option {name} names queue {q} of topic {t!r}, which the store does not hold "
+                    f"(its queues: {', '.join(sorted(held[t], key=int))})"
+                )
+
+
 def lost(fail: bool, what: str) -> None:
     """Data loss: DataLossError with `fail` (failOnDataLoss=true), else a warning saying what is skipped."""
     if fail:
@@ -427,6 +450,8 @@ class RocketMQQueueReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         store = open_store(self.opts.path)
         queues = self.opts.queues(store)
+        check_named_queues(self.start, "starting", self.opts, queues)
+        check_named_queues(self.end, "ending", self.opts, queues)
         start = resolve(store, self.opts, queues, self.start, "starting")
         end = resolve(store, self.opts, queues, self.end, "ending")
         for t, q in queues:
