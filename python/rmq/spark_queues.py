@@ -293,8 +293,8 @@ def check_named_queues(bound: Bound, which: str, opts: QueueOptions, queues: Seq
         return
     name = f"{which}Offsets" if bound.kind == "offsets" else f"{which}OffsetsByTimestamp"
     held: dict[str, set[str]] = {}
-    for t, q in queues:
-        held.setdefault(t, set()).add(str(q))
+    for topic, queue_id in queues:
+        held.setdefault(topic, set()).add(str(queue_id))
     for t, qs in bound.offsets.items():
         if not opts.selects(t):
             raise _native.InvalidConfigError(f"option {name} names topic {t!r}, which this query does not read")
