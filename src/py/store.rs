@@ -981,9 +981,11 @@ impl MessageStore {
         #[pyo3(from_py_with = args::count_u64)] max_total_msg_size: u64,
     ) -> PyResult<GetMessageResult> {
         let inner = &self.inner;
-        let sub = subscription.as_deref().map_or_else(|| Arc::new(Subscription::all()), |e| self.subscription(e));
+        static ALL: Subscription = Subscription::all();
+        let parsed = subscription.as_deref().map(|e| self.subscription(e));
+        let sub: &Subscription = parsed.as_deref().unwrap_or(&ALL);
         let res = py
-            .detach(|| inner.get_message(&group, &topic, queue_id, offset, max_msgs, max_total_msg_size, &sub))
+            .detach(|| inner.get_message(&group, &topic, queue_id, offset, max_msgs, max_total_msg_size, sub))
             .map_err(to_py)?;
         Ok(GetMessageResult::new(res))
     }

@@ -73,7 +73,7 @@ pub struct Subscription {
 
 impl Subscription {
     /// Every message.
-    pub fn all() -> Self {
+    pub const fn all() -> Self {
         Subscription { tags: Vec::new(), by_text: Vec::new(), codes: Vec::new() }
     }
 

@@ -264,28 +264,27 @@ impl MessageStore {
             // Beside a live writer a "hole" may be the writer's next entries, written between this view's scan
             // of the queue and its look past the scan's end: the view cuts there and dispatches the rest from the
             // log in memory, as for a hole, without calling it loss.
-            let in_progress = beside_writer && hole && !torn && bad.is_none();
             if hole || torn || bad.is_some() {
                 let from_q = bad.unwrap_or(cq.max_offset()).min(cq.max_offset());
                 cq.truncate_to(from_q)?;
                 lower(&mut repaired_frontier, last_entry_end(&cq, min, end));
-            }
-            if (hole || torn || bad.is_some()) && !in_progress {
-                let from_q = cq.max_offset();
-                recovery.rebuilt_queue(
-                    &cq,
-                    match bad {
-                        Some(q) => {
-                            format!("entry {q} is damaged or does not point at its record; cut there and rebuilt")
-                        }
-                        None if hole => {
-                            format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt")
-                        }
-                        None => format!(
-                            "entry {from_q} is damaged (not a valid entry, after a clean close); cut there and rebuilt"
-                        ),
-                    },
-                );
+                if !(beside_writer && hole && !torn && bad.is_none()) {
+                    recovery.rebuilt_queue(
+                        &cq,
+                        match bad {
+                            Some(q) => {
+                                format!("entry {q} is damaged or does not point at its record; cut there and rebuilt")
+                            }
+                            None if hole => {
+                                format!("entries lost after queue offset {from_q} (a hole); cut there and rebuilt")
+                            }
+                            None => format!(
+                                "entry {from_q} is damaged (not a valid entry, after a clean close); cut there and \
+                                 rebuilt"
+                            ),
+                        },
+                    );
+                }
             }
             let m = cq.max_physic_offset();
             if m >= 0 {
