@@ -108,8 +108,23 @@ def test_tables_compute_ratios_and_goals() -> None:
     assert b["sqlite WAL NORMAL"]["goal"]["rmq"] == "rmq put_batch(32)"
     assert b["sqlite WAL NORMAL"]["goal"]["met"] is True
     assert "goal" not in b["lmdb"]
+    assert run.query_floor(results) is None  # no Rust limits run in the fakes: no load latency
     run.print_table(run.table(results))
     run.print_baselines(run.baseline_table(results))
+
+
+def test_the_query_floor_is_three_dependent_loads_against_5x_rocketmq() -> None:
+    results = _runs()
+    for r in results[run.LIMITS]["machine"]:
+        r |= {"dependent_load_ns": 200.0, "dependent_load_4k_ns": 300.0}
+    t = {e["measure"]: e for e in run.table(results)}
+    assert t["machine: dependent random load in 512 MiB, 2 MiB pages, ns"]["machine"]["median"] == 200.0
+    assert t["machine: dependent random load in 512 MiB, 4 KiB pages, ns"]["machine"]["median"] == 300.0
+    floor = run.query_floor(results)
+    assert floor is not None
+    assert floor["goal_us"] == pytest.approx(4 / 5)  # Java's median query 4 µs in the fakes
+    assert floor["three_loads_2m_us"] == pytest.approx(0.6) and floor["three_loads_4k_us"] == pytest.approx(0.9)
+    assert floor["rmq_us"] == pytest.approx(1.0) and floor["rust_us"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("form", ["lists", "messages"])

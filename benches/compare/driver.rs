@@ -3,7 +3,7 @@
 //! `rmq.bench.CompareDriver` and the Python driver, through the Rust API (`MessageStore::put`, `put_batch`,
 //! `get_message`, `query_message`), each with a warm-up pass before the timed one; `dispatch` (puts into a store
 //! whose services are not started, then `start_services` and the reput timed until caught up), `recover` (the
-//! timed `MessageStore::open` of a store left by a killed writer) and `limits` (crc32fast's bandwidth). Prints
+//! timed `MessageStore::open` of a store left by a killed writer) and `limits` (crc32fast's bandwidth, and the latency of dependent random loads in memory). Prints
 //! one JSON line, with the process's CPU time (user + system, every thread) over each timed span.
 //! Built by run.py with `cargo build --release --example compare_driver`.
 #![allow(clippy::unwrap_used)]
@@ -192,7 +192,69 @@ fn limits(a: &Args) -> String {
         std::hint::black_box(h.finalize());
         best = best.min(t0.elapsed().as_secs_f64());
     }
-    format!("{{\"count\": {size}, \"crc32fast_gbps\": {:.4}}}", size as f64 / best / 1e9)
+    let (huge_ns, small_ns) =
+        (dependent_load_ns(LOAD_REGION, LOADS, true), dependent_load_ns(LOAD_REGION, LOADS, false));
+    format!(
+        "{{\"count\": {size}, \"crc32fast_gbps\": {:.4}, \"dependent_load_ns\": {huge_ns:.1}, \
+         \"dependent_load_4k_ns\": {small_ns:.1}}}",
+        size as f64 / best / 1e9
+    )
+}
+
+/// The region and the number of loads of [`dependent_load_ns`].
+const LOAD_REGION: usize = 512 << 20;
+const LOADS: usize = 2_000_000;
+
+/// The latency of one load whose address depends on the load before, at random places in `region` bytes of
+/// anonymous memory mapped with 2 MiB pages where the kernel gives them (`huge`: `MADV_HUGEPAGE`, the fewest TLB
+/// misses, so a floor) or with 4 KiB pages (`MADV_NOHUGEPAGE`, as an index file's mapping mostly is): ns per
+/// load, best of 3 chases of `loads` through one random cycle over the region's cache lines. A key query is three
+/// such loads in a row (the hash slot, the entry it names, the record the entry names), so three of them bound
+/// any store's query on this machine from below.
+#[allow(unsafe_code)]
+fn dependent_load_ns(region: usize, loads: usize, huge: bool) -> f64 {
+    let lines = region / 64;
+    // SAFETY: an anonymous private mapping of `region` bytes, checked, unmapped at the end, never aliased.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            region,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED, "mmap of {region} bytes failed");
+    // SAFETY: the mapping above; a hint only.
+    unsafe { libc::madvise(base, region, if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE }) };
+    // SAFETY: the mapping is `region` bytes, readable and writable, zeroed, u64-aligned.
+    let words = unsafe { std::slice::from_raw_parts_mut(base.cast::<u64>(), region / 8) };
+    // One cycle through every line in a random order (Sattolo's shuffle), each line's first word the next's index.
+    let mut order: Vec<u32> = (0..lines as u32).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % i as u64) as usize);
+    }
+    for w in 0..lines {
+        words[order[w] as usize * 8] = u64::from(order[(w + 1) % lines]) * 8;
+    }
+    let mut best = f64::MAX;
+    let mut at = 0u64;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        for _ in 0..loads {
+            at = words[at as usize];
+        }
+        best = best.min(t0.elapsed().as_secs_f64() / loads as f64 * 1e9);
+    }
+    std::hint::black_box(at);
+    // SAFETY: the mapping above, no reference to it kept past this point.
+    unsafe { libc::munmap(base, region) };
+    best
 }
 
 fn drain(store: &MessageStore, a: &Args) -> u64 {

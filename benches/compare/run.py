@@ -65,7 +65,11 @@ Workloads (`PUTS` and the jobs below, the one definition every side receives as 
   256 MiB in 1 MiB writes ended by `fdatasync`, best of 3 each; the 4 KiB puts' body bandwidth is reported
   against memcpy (issue 19: at least half). And the median latency of a 1 KiB append made durable with
   `fdatasync` (200 in a row): a SYNC_FLUSH put waits for such a flush and 16 producers share one at most, so
-  16 / that latency bounds the SYNC_FLUSH put of any store on this disk (the "SYNC_FLUSH bound" row).
+  16 / that latency bounds the SYNC_FLUSH put of any store on this disk (the "SYNC_FLUSH bound" row). And from
+  the Rust driver, the latency of a load whose address comes from the load before, at random in 512 MiB of
+  memory with 2 MiB pages and with 4 KiB pages (best of 3 chases of 2,000,000 loads): a query by key is three
+  such loads in a row (slot, entry, record), so three of them bound any store's query here from below; the
+  run prints them beside 5x RocketMQ's median query (issue 19's goal) and writes them as `query_floor`.
 - baselines (benches/compare/baselines.py states each choice): `--baseline-messages` (default 200,000) 1 KiB
   messages put and then consumed, from Python, by rmq (`put`, and `put_batch(32)`, drained with `get_message`),
   SQLite in WAL mode (synchronous=NORMAL: rmq's ASYNC_FLUSH durability; and FULL), LMDB, persist-queue and
@@ -597,6 +601,8 @@ def rows() -> list[Row]:
         Row(
             "machine: SYNC_FLUSH bound, 16 producers (16 / that), msg/s", LIMITS, "sync16_bound_rate", machine=True,
         ),
+        Row("machine: dependent random load in 512 MiB, 2 MiB pages, ns", LIMITS, "dependent_load_ns", machine=True),
+        Row("machine: dependent random load in 512 MiB, 4 KiB pages, ns", LIMITS, "dependent_load_4k_ns", machine=True),
     ]  # fmt: skip
     return out
 
@@ -701,6 +707,24 @@ def memcpy_share(results: dict[str, dict[str, list[dict[str, Any]]]], side: str)
         "put_4k_body_gbps": body_gbps, "memcpy_gbps": memcpy, "share": body_gbps / memcpy, "goal": 0.5,
         "memcpy_fresh_gbps": statistics.median(fresh) if fresh else None,
     }  # fmt: skip
+
+
+def query_floor(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any] | None:
+    """Issue 19's query goal against what this machine allows, medians of the same run: 5x RocketMQ's median
+    query, and three dependent random loads (a query reads a hash slot, the entry it names, then the record the
+    entry names, each address known only once the load before is done) with 2 MiB and with 4 KiB pages."""
+    java = results.get(READ, {}).get("java")
+    machine = [r for r in results.get(LIMITS, {}).get("machine", []) if "dependent_load_ns" in r]
+    if not java or not machine:
+        return None
+    goal_us = statistics.median(r["query_median_us"] for r in java) / 5
+    huge_us = 3 * statistics.median(r["dependent_load_ns"] for r in machine) / 1e3
+    small_us = 3 * statistics.median(r["dependent_load_4k_ns"] for r in machine) / 1e3
+    out = {"goal_us": goal_us, "three_loads_2m_us": huge_us, "three_loads_4k_us": small_us}
+    for side in ("rmq", "rust"):
+        if results.get(READ, {}).get(side):
+            out[f"{side}_us"] = statistics.median(r["query_median_us"] for r in results[READ][side])
+    return out
 
 
 def show(c: dict[str, Any] | None, plain: bool) -> str:
@@ -869,7 +893,7 @@ def main() -> None:
                     r = run_side(side, command, side_params, classpaths)
                     if name == LIMITS and RUST_DRIVER.exists():
                         r |= {k: v for k, v in run_side("rust", "limits", side_params, classpaths).items()
-                              if k.startswith("crc32")}  # fmt: skip
+                              if k.startswith(("crc32", "dependent_load"))}  # fmt: skip
                     shutil.rmtree(d)
                     os.sync()
                     derive(name, r)
@@ -900,6 +924,14 @@ def main() -> None:
                     else ""
                 )
             )
+    floor = query_floor(results)
+    if floor:
+        print(
+            f"query by key: 5x RocketMQ is {floor['goal_us']:.2f} µs; three dependent random loads take "
+            f"{floor['three_loads_2m_us']:.2f} µs with 2 MiB pages and {floor['three_loads_4k_us']:.2f} µs with 4 KiB "
+            f"pages on this machine; rmq {floor.get('rmq_us', float('nan')):.2f} µs from Python, "
+            f"{floor.get('rust_us', float('nan')):.2f} µs from Rust"
+        )
     settings = {
         "rounds": rounds, "warmup_rounds": warmups, "volume_bytes": volume, "sync_messages": sync_n,
         "dispatch_messages": dispatch_n, "dispatch_keys": DISPATCH_KEYS, "read_messages": read_n,
@@ -910,6 +942,7 @@ def main() -> None:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"date": now.isoformat(), "machine": machine(), "settings": settings, "table": t, "baselines": bt}
     doc["put_4k_memcpy_share"] = shares
+    doc["query_floor"] = floor
     doc["runs"] = runs
     out_path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"\nwrote {out_path}")
