@@ -137,6 +137,10 @@ def checkpoint_ahead(root: Path, offsets: list[int]) -> None:
     patch(root / "checkpoint", 0, struct.pack(">q", 2**62))
 
 
+def checkpoint_zeroed(root: Path, offsets: list[int]) -> None:
+    patch(root / "checkpoint", 0, bytes(40))
+
+
 def offsets_past_the_end(root: Path, offsets: list[int]) -> None:
     cfg = root / "config"
     cfg.mkdir(exist_ok=True)
@@ -156,6 +160,7 @@ CASES: dict[str, tuple[Case, str, str, str]] = {
     "consume queue not dense": (cq_not_dense, "consumequeue", "stale", "clean"),
     "index slot zeroed": (index_slot_zeroed, "index", "stale", "clean"),
     "checkpoint ahead of the data": (checkpoint_ahead, "checkpoint", "damage", "clean"),
+    "checkpoint all zero": (checkpoint_zeroed, "checkpoint", "note", "clean"),
     "offsets past the queue's end": (offsets_past_the_end, "offsets", "damage", "clean"),
 }
 

@@ -205,7 +205,7 @@ pub fn check(root: &Path, config: StoreConfig) -> Result<CheckReport> {
     check_queues(skipped, &seen, &delay_levels, log, horizon, &mut rep);
     check_queueless(root, queueless, &mut rep);
     check_index(root, &config, log, horizon, &mut rep)?;
-    check_checkpoint(root, &store, &mut rep);
+    check_checkpoint(root, &store, live.is_some(), &mut rep);
     if live.is_none() {
         check_offsets(root, &store, &mut rep);
     }
@@ -569,8 +569,9 @@ fn lacking_entries(root: &Path, store: &MessageStore, unclean: bool, rep: &mut C
 }
 
 /// The checkpoint's durable points against the data: a point later than the newest record means the
-/// checkpoint was written for data that is not there (a lost or cut commitlog).
-fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
+/// checkpoint was written for data that is not there (a lost or cut commitlog). An all-zero checkpoint beside
+/// records is noted, unless a live writer holds the store (its first checkpoint flush is still to come).
+fn check_checkpoint(root: &Path, store: &MessageStore, live: bool, rep: &mut CheckReport) {
     let v = store.checkpoint();
     let path = root.join("checkpoint");
     if !path.exists() {
@@ -583,7 +584,21 @@ fn check_checkpoint(root: &Path, store: &MessageStore, rep: &mut CheckReport) {
         });
         return;
     }
-    if let Some(newest) = store.commitlog.newest_store_timestamp() {
+    let newest = store.commitlog.newest_store_timestamp();
+    if !live && newest.is_some() && v.physic_msg_timestamp.max(v.logics_msg_timestamp).max(v.index_msg_timestamp) == 0 {
+        // Not damage: a writer killed before its first checkpoint flush leaves it so. But it decides where an
+        // open after a crash starts, which an operator weighing a store wants to know.
+        rep.findings.push(Finding {
+            area: "checkpoint",
+            kind: "note",
+            path: path.clone(),
+            offset: 0,
+            what: "the checkpoint holds no flush time (all zero) though the commitlog holds records: an open \
+                   after a crash validates the commitlog from its first segment (as RocketMQ's does)"
+                .into(),
+        });
+    }
+    if let Some(newest) = newest {
         for (name, at, value) in
             [("physicMsgTimestamp", 0, v.physic_msg_timestamp), ("logicsMsgTimestamp", 8, v.logics_msg_timestamp)]
         {
