@@ -46,6 +46,11 @@ macro_rules! py_enum {
             fn __str__(&self) -> &'static str {
                 self.name()
             }
+            /// Pickles by name (`getattr(cls, name)`): the same member after a round trip, in any process.
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyType>, &'static str))> {
+                let getattr = slf.py().import("builtins")?.getattr("getattr")?;
+                Ok((getattr, (slf.py().get_type::<Self>(), slf.get().name())))
+            }
         }
     };
 }
@@ -155,18 +160,29 @@ impl Message {
     fn flag(&self) -> i32 {
         self.flag
     }
-    fn __repr__(&self) -> String {
-        format!(
-            "Message(body=<{} bytes>, tags={:?}, keys={:?}, flag={})",
+    /// Pickles as the constructor's call (`copy` and `multiprocessing` use it too), under every protocol: body,
+    /// tags, the keys as their `KEYS` text, properties and flag.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("tags", self.tags.as_deref())?;
+        kwargs.set_item("keys", self.keys.as_deref())?;
+        kwargs.set_item("properties", self.properties(py)?)?;
+        kwargs.set_item("flag", self.flag)?;
+        let partial = py.import("functools")?.getattr("partial")?;
+        Ok((partial.call((py.get_type::<Self>(),), Some(&kwargs))?, (self.body(py),)))
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let repr = |v: Option<&str>| -> PyResult<String> { Ok(v.into_pyobject(py)?.repr()?.to_string()) };
+        Ok(format!(
+            "Message(body=<{} bytes>, tags={}, keys={}, flag={})",
             self.body.len(),
-            self.tags.as_deref(),
-            self.keys.as_deref(),
+            repr(self.tags.as_deref())?,
+            repr(self.keys.as_deref())?,
             self.flag
-        )
+        ))
     }
 }
 
-/// Read-only, zero-copy view of one stored record's bytes (buffer protocol). Keeps its segment mapped.
 #[pyclass(frozen, module = "rmq._native")]
 pub struct RecordView {
     file: Arc<MappedFile>,

@@ -1,0 +1,95 @@
+"""Values a Python service hands to other processes (`multiprocessing`, `concurrent.futures`) or copies:
+the statuses and types (pickled by name) and `rmq.Message` (pickled as its constructor's call). Tried as a user
+would on main: `pickle.dumps(rmq.Message(b"x"))` and `pickle.dumps(result.status)` raised "cannot pickle", so
+a batch built in one process could not be put from another, and `Message`'s repr showed Rust's `Some("t")`."""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rmq
+
+ENUMS = [rmq.GetMessageStatus, rmq.PutMessageStatus, rmq.TransactionType, rmq.BoundaryType]
+PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
+
+
+def _members(cls: Any) -> list[Any]:
+    return [getattr(cls, n) for n in dir(cls) if n.isupper()]
+
+
+@pytest.mark.parametrize("cls", ENUMS, ids=lambda c: c.__name__)
+def test_every_status_and_type_pickles_to_the_same_member(cls: Any) -> None:
+    members = _members(cls)
+    assert len(members) >= 2
+    for m in members:
+        for proto in PROTOCOLS:
+            back = pickle.loads(pickle.dumps(m, proto))
+            assert type(back) is cls and back == m and back.name == m.name
+            assert [back == other for other in members].count(True) == 1
+        assert copy.copy(m) == m and copy.deepcopy(m) == m
+
+
+TEXT = st.text(alphabet=st.sampled_from("abcXYZ09_-é"), min_size=1, max_size=8)
+
+
+def _fields(m: rmq.Message) -> tuple[Any, ...]:
+    return (m.body, m.tags, m.keys, m.properties, m.flag)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    body=st.binary(max_size=64),
+    tags=st.one_of(st.none(), TEXT),
+    keys=st.one_of(st.none(), TEXT, st.lists(TEXT, min_size=1, max_size=3)),
+    properties=st.dictionaries(TEXT.map(lambda k: "p" + k), TEXT, max_size=3),
+    flag=st.integers(-(2**31), 2**31 - 1),
+)
+def test_a_message_pickles_to_an_equal_message(
+    body: bytes, tags: str | None, keys: str | list[str] | None, properties: dict[str, str], flag: int
+) -> None:
+    m = rmq.Message(body, tags=tags, keys=keys, properties=properties, flag=flag)
+    for proto in PROTOCOLS:
+        back = pickle.loads(pickle.dumps(m, proto))
+        assert type(back) is rmq.Message and _fields(back) == _fields(m)
+    assert _fields(copy.copy(m)) == _fields(m) == _fields(copy.deepcopy(m))
+
+
+def test_repr_is_python_not_rust() -> None:
+    assert repr(rmq.Message(b"ab", tags="t", keys=["a", "b"], flag=3)) == (
+        "Message(body=<2 bytes>, tags='t', keys='a b', flag=3)"
+    )
+    assert repr(rmq.Message(b"")) == "Message(body=<0 bytes>, tags=None, keys=None, flag=0)"
+
+
+def _build(n: int) -> list[rmq.Message]:
+    return [
+        rmq.Message(f"body-{i}".encode(), tags="TagA", keys=[f"k{i}", "shared"], properties={"p": str(i)})
+        for i in range(n)
+    ]
+
+
+def test_a_batch_built_in_another_process_is_put_as_built(tmp_path: Any) -> None:
+    """The user's case: messages built in a worker process (spawned: nothing inherited), sent back, put here;
+    the stored records hold what the worker built, and a status crosses back the same way."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        msgs = pool.submit(_build, 5).result(timeout=120)
+        assert (
+            pool.submit(pickle.loads, pickle.dumps(rmq.PutMessageStatus.FLUSH_DISK_TIMEOUT)).result(timeout=120)
+            == rmq.PutMessageStatus.FLUSH_DISK_TIMEOUT
+        )
+    assert [_fields(m) for m in msgs] == [_fields(m) for m in _build(5)]
+    with rmq.MessageStore(tmp_path / "s") as store:
+        r = store.put_batch("T", msgs)
+        assert r.status == rmq.PutMessageStatus.PUT_OK
+        stored = [store.read(o) for o in r.offsets]
+        assert [(s.body, s.tags, s.keys, s.properties["p"]) for s in stored if s is not None] == [
+            (f"body-{i}".encode(), "TagA", [f"k{i}", "shared"], str(i)) for i in range(5)
+        ]
