@@ -93,3 +93,55 @@ def test_a_batch_built_in_another_process_is_put_as_built(tmp_path: Any) -> None
         assert [(s.body, s.tags, s.keys, s.properties["p"]) for s in stored if s is not None] == [
             (f"body-{i}".encode(), "TagA", [f"k{i}", "shared"], str(i)) for i in range(5)
         ]
+
+
+def _ext_fields(m: rmq.MessageExt) -> tuple[Any, ...]:
+    return (
+        m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.store_size, m.body, m.tags, m.keys, m.properties,
+        m.flag, m.sys_flag, m.born_host, m.store_host, m.born_timestamp, m.store_timestamp, m.reconsume_times,
+        m.msg_id, m.uniq_key, m.body_crc_ok, bytes(m.raw), m.raw.offset,
+    )  # fmt: skip
+
+
+def _stored(tmp_path: Any) -> list[rmq.MessageExt]:
+    with rmq.MessageStore(tmp_path / "s") as store:
+        for i in range(6):
+            store.put(
+                "T", f"body-{i}".encode(), queue_id=i % 2, tags="TagA", keys=[f"k{i}", "x"], properties={"p": str(i)}
+            )
+        assert store.wait_dispatched(10)
+        got = store.get_message("G", "T", 1, 0, 32).messages + [store.read(0)]
+    return [m for m in got if m is not None]
+
+
+def _describe(m: rmq.MessageExt) -> tuple[Any, ...]:
+    return (m.topic, m.queue_offset, m.body, m.keys, m.properties["p"], m.reconsume_times)
+
+
+def test_a_stored_message_pickles_to_its_own_copy_of_the_record(tmp_path: Any) -> None:
+    """`MessageExt`s (from `get_message` and `read`, and one `with_reconsume_times`) outlive their store: pickled
+    after it closed, each comes back equal in every field, the raw record included; and a worker process (the
+    user's process pool) reads them as the consumer did."""
+    msgs = _stored(tmp_path)
+    msgs.append(msgs[0].with_reconsume_times(3))
+    for m in msgs:
+        for proto in PROTOCOLS:
+            back = pickle.loads(pickle.dumps(m, proto))
+            assert type(back) is rmq.MessageExt and _ext_fields(back) == _ext_fields(m)
+        assert _ext_fields(copy.deepcopy(m)) == _ext_fields(m)
+    assert pickle.loads(pickle.dumps(msgs[-1])).reconsume_times == 3
+    assert repr(msgs[0]).startswith("MessageExt(topic='T', queue_id=1, queue_offset=0,")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert list(pool.map(_describe, msgs, timeout=120)) == [_describe(m) for m in msgs]
+
+
+def test_bytes_that_are_not_one_whole_record_do_not_unpickle(tmp_path: Any) -> None:
+    m = _stored(tmp_path)[0]
+    raw = bytes(m.raw)
+    body_at = raw.index(b"body-")
+    flipped = raw[:body_at] + bytes([raw[body_at] ^ 1]) + raw[body_at + 1 :]
+    rebuild, args = m.__reduce__()
+    assert rebuild is rmq._native._message_ext and args == (raw, 0)  # what unpickling calls
+    for bad in (b"", raw[:-1], raw + b"\x00", flipped, b"\x00" * len(raw)):
+        with pytest.raises(rmq.InvalidArgumentError, match="not a pickled MessageExt"):
+            rebuild(bad, 0)

@@ -18,6 +18,9 @@ use crate::message::properties::{self, keys};
 use crate::message::{self as msg, tags};
 use crate::mmap::MappedFile;
 
+/// What a `__reduce__` returns: the callable that rebuilds the object, and its arguments.
+type Reduce<'py, A> = (Bound<'py, PyAny>, A);
+
 macro_rules! py_enum {
     ($(#[$m:meta])* $name:ident <=> $core:path { $($variant:ident = $pyname:literal <=> $corev:ident),* $(,)? }) => {
         $(#[$m])*
@@ -47,7 +50,7 @@ macro_rules! py_enum {
                 self.name()
             }
             /// Pickles by name (`getattr(cls, name)`): the same member after a round trip, in any process.
-            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyType>, &'static str))> {
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Reduce<'py, (Bound<'py, pyo3::types::PyType>, &'static str)>> {
                 let getattr = slf.py().import("builtins")?.getattr("getattr")?;
                 Ok((getattr, (slf.py().get_type::<Self>(), slf.get().name())))
             }
@@ -162,7 +165,7 @@ impl Message {
     }
     /// Pickles as the constructor's call (`copy` and `multiprocessing` use it too), under every protocol: body,
     /// tags, the keys as their `KEYS` text, properties and flag.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduce<'py, (Bound<'py, PyBytes>,)>> {
         let kwargs = PyDict::new(py);
         kwargs.set_item("tags", self.tags.as_deref())?;
         kwargs.set_item("keys", self.keys.as_deref())?;
@@ -411,15 +414,21 @@ impl MessageExt {
     fn raw(&self) -> RecordView {
         RecordView::of(&self.record)
     }
-    fn __repr__(&self) -> String {
-        format!(
-            "MessageExt(topic={:?}, queue_id={}, queue_offset={}, commitlog_offset={}, store_size={})",
-            self.topic(),
+    /// Pickles as the record's bytes (and a `with_reconsume_times` count): unpickled, in any process, it is a
+    /// `MessageExt` of its own copy of the record, checked again (boundary, size, body CRC), no store needed.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduce<'py, (Bound<'py, PyBytes>, i32)>> {
+        let rebuild = py.import("rmq._native")?.getattr("_message_ext")?;
+        Ok((rebuild, (PyBytes::new(py, self.bytes()), self.record.header.reconsume_times)))
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "MessageExt(topic={}, queue_id={}, queue_offset={}, commitlog_offset={}, store_size={})",
+            self.topic().into_pyobject(py)?.repr()?,
             self.queue_id(),
             self.queue_offset(),
             self.commitlog_offset(),
             self.store_size()
-        )
+        ))
     }
 }
 
@@ -497,7 +506,33 @@ impl PutResult {
     }
 }
 
+/// A pickled `MessageExt` ([`MessageExt::__reduce__`]): the record in memory of its own (a copy, mapped
+/// anonymously at the record's commitlog offset, so `raw.offset` and `commitlog_offset` agree), after the checks
+/// every read makes. Bytes that are not one whole record raise `InvalidArgumentError`.
+#[pyfunction]
+fn _message_ext(
+    #[pyo3(from_py_with = args::body)] record: PyBackedBytes,
+    #[pyo3(from_py_with = args::java_int)] reconsume_times: i32,
+) -> PyResult<MessageExt> {
+    use crate::message::decode::{check_record, CheckOptions, RecordCheck};
+    let bad = |why: String| super::errors::invalid_argument(format!("not a pickled MessageExt: {why}"));
+    let mut header = match check_record(&record, CheckOptions { check_crc: true, force_prop_crc: false }) {
+        RecordCheck::Message(h) if h.total_size as usize == record.len() => h,
+        RecordCheck::Message(h) => return Err(bad(format!("a record of {} bytes in {}", h.total_size, record.len()))),
+        RecordCheck::Blank { .. } => return Err(bad("an end-of-file blank".into())),
+        RecordCheck::Invalid { reason, .. } => return Err(bad(reason.to_string())),
+    };
+    let start = u64::try_from(header.physical_offset).unwrap_or(0);
+    let path = std::path::Path::new("(pickled MessageExt)");
+    let file = MappedFile::create_in(crate::mmap::Storage::Overlay, path, start, record.len() as u64)
+        .and_then(|f| f.write_at(0, &record).map(|()| f))
+        .map_err(super::errors::to_py)?;
+    header.reconsume_times = reconsume_times;
+    Ok(MessageExt { record: Record { file: Arc::new(file), pos: 0, header } })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_message_ext, m)?)?;
     m.add_class::<PutMessageStatus>()?;
     m.add_class::<TransactionType>()?;
     m.add_class::<Message>()?;
