@@ -135,13 +135,17 @@ def test_a_stored_message_pickles_to_its_own_copy_of_the_record(tmp_path: Any) -
         assert list(pool.map(_describe, msgs, timeout=120)) == [_describe(m) for m in msgs]
 
 
-def test_bytes_that_are_not_one_whole_record_do_not_unpickle(tmp_path: Any) -> None:
+def test_bytes_that_are_not_one_whole_record_do_not_unpickle_and_a_damaged_body_stays_damaged(tmp_path: Any) -> None:
     m = _stored(tmp_path)[0]
     raw = bytes(m.raw)
     body_at = raw.index(b"body-")
     flipped = raw[:body_at] + bytes([raw[body_at] ^ 1]) + raw[body_at + 1 :]
     rebuild, args = m.__reduce__()
     assert rebuild is rmq._native._message_ext and args == (raw, 0)  # what unpickling calls
-    for bad in (b"", raw[:-1], raw + b"\x00", flipped, b"\x00" * len(raw)):
+    # A damaged body comes back as `read` returns it: the message, saying its CRC does not match.
+    damaged = rebuild(flipped, 0)
+    assert not damaged.body_crc_ok and bytes(damaged.raw) == flipped and m.body_crc_ok
+    assert not pickle.loads(pickle.dumps(damaged)).body_crc_ok
+    for bad in (b"", raw[:-1], raw + b"\x00", raw[:4] + b"\x00" * 4 + raw[8:], b"\x00" * len(raw)):
         with pytest.raises(rmq.InvalidArgumentError, match="not a pickled MessageExt"):
             rebuild(bad, 0)

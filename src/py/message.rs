@@ -415,7 +415,8 @@ impl MessageExt {
         RecordView::of(&self.record)
     }
     /// Pickles as the record's bytes (and a `with_reconsume_times` count): unpickled, in any process, it is a
-    /// `MessageExt` of its own copy of the record, checked again (boundary, size, body CRC), no store needed.
+    /// `MessageExt` of its own copy of the record, checked again as `read` checks one (one whole record; the body
+    /// CRC is not required, `body_crc_ok` says what it said before), no store needed.
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduce<'py, (Bound<'py, PyBytes>, i32)>> {
         let rebuild = py.import("rmq._native")?.getattr("_message_ext")?;
         Ok((rebuild, (PyBytes::new(py, self.bytes()), self.record.header.reconsume_times)))
@@ -508,7 +509,9 @@ impl PutResult {
 
 /// A pickled `MessageExt` ([`MessageExt::__reduce__`]): the record in memory of its own (a copy, mapped
 /// anonymously at the record's commitlog offset, so `raw.offset` and `commitlog_offset` agree), after the checks
-/// every read makes. Bytes that are not one whole record raise `InvalidArgumentError`.
+/// `read` makes (a message record, its length the bytes' length; a body whose CRC does not match comes back as it
+/// went, `body_crc_ok` false, as `read` returns it). Bytes that are not one whole record raise
+/// `InvalidArgumentError`.
 #[pyfunction]
 fn _message_ext(
     #[pyo3(from_py_with = args::body)] record: PyBackedBytes,
@@ -516,7 +519,7 @@ fn _message_ext(
 ) -> PyResult<MessageExt> {
     use crate::message::decode::{check_record, CheckOptions, RecordCheck};
     let bad = |why: String| super::errors::invalid_argument(format!("not a pickled MessageExt: {why}"));
-    let mut header = match check_record(&record, CheckOptions { check_crc: true, force_prop_crc: false }) {
+    let mut header = match check_record(&record, CheckOptions::default()) {
         RecordCheck::Message(h) if h.total_size as usize == record.len() => h,
         RecordCheck::Message(h) => return Err(bad(format!("a record of {} bytes in {}", h.total_size, record.len()))),
         RecordCheck::Blank { .. } => return Err(bad("an end-of-file blank".into())),
