@@ -149,3 +149,12 @@ def test_bytes_that_are_not_one_whole_record_do_not_unpickle_and_a_damaged_body_
     for bad in (b"", raw[:-1], raw + b"\x00", raw[:4] + b"\x00" * 4 + raw[8:], b"\x00" * len(raw)):
         with pytest.raises(rmq.InvalidArgumentError, match="not a pickled MessageExt"):
             rebuild(bad, 0)
+
+
+def test_every_native_class_keeps_its_docstring() -> None:
+    """Editing the bindings once dropped `RecordView`'s doc comment, and with it the class's `__doc__`."""
+    import inspect
+
+    native = vars(rmq._native)
+    missing = [k for k, v in native.items() if inspect.isclass(v) and not k.startswith("_") and not v.__doc__]
+    assert missing == []

@@ -186,6 +186,7 @@ impl Message {
     }
 }
 
+/// Read-only, zero-copy view of one stored record's bytes (buffer protocol). Keeps its segment mapped.
 #[pyclass(frozen, module = "rmq._native")]
 pub struct RecordView {
     file: Arc<MappedFile>,
